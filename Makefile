@@ -1,0 +1,37 @@
+# Every target bootstraps .venv once; the stamp file makes a second run install nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.keel-installed
+
+.PHONY: demo test serve bench soak lint typecheck clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/keel demo
+
+serve: $(STAMP)
+	$(BIN)/keel serve --config app.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check runtime routing adapters tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+soak: $(STAMP)
+	KEEL_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/recovery/test_soak.py
+
+clean:
+	rm -rf $(VENV) .keel keel.db

@@ -1,0 +1,1 @@
+"""Signals and the policy that gives each one exactly one owner."""

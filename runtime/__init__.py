@@ -1,0 +1,1 @@
+"""Keel's core: storage, scheduler, executor, models, tools, evidence and reporting."""

@@ -1,0 +1,35 @@
+"""The error hierarchy: whether a failure may be retried is part of its type.
+
+Foreign exceptions (httpx, SlackApiError, GithubException, SQLAlchemy) are translated once at
+the edge where they occur, with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+
+class KeelError(Exception):
+    """Base of every error Keel raises on purpose."""
+
+
+class Retryable(KeelError):
+    """A transient failure: the same operation may succeed if tried again later."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Permanent(KeelError):
+    """A failure that repeating will not fix (bad credentials, invalid request, policy)."""
+
+
+class ConfigError(Permanent):
+    """The configuration is invalid; the message names the offending key."""
+
+
+class StaleWrite(KeelError):
+    """An optimistic version check failed: another writer advanced the record first."""
+
+
+class NotFound(Permanent):
+    """A record or remote object that was expected to exist does not."""

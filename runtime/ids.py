@@ -1,0 +1,27 @@
+"""Typed identifiers. Ids are strings on the wire and in the database."""
+
+from __future__ import annotations
+
+import uuid
+from typing import NewType
+
+TaskId = NewType("TaskId", str)
+MessageId = NewType("MessageId", str)
+CallId = NewType("CallId", str)
+SignalId = NewType("SignalId", str)
+
+
+def new_task_id() -> TaskId:
+    return TaskId("t_" + uuid.uuid4().hex[:20])
+
+
+def new_message_id() -> MessageId:
+    return MessageId("m_" + uuid.uuid4().hex[:20])
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def new_signal_id() -> SignalId:
+    return SignalId("s_" + uuid.uuid4().hex[:20])

@@ -1,0 +1,73 @@
+"""The ModelProvider port and the conversation items it reads and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class UserText:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantText:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallItem:
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultItem:
+    call_id: str
+    output: str
+    is_error: bool = False
+
+
+ConversationItem = UserText | AssistantText | Reasoning | ToolCallItem | ToolResultItem
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model call. ``turn`` counts from 0 and is stable across recovery of the same run."""
+
+    task_id: str
+    turn: int
+    system: str
+    items: tuple[ConversationItem, ...]
+    tools: tuple[ToolSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """Items the model returned, in order: text, reasoning and tool calls."""
+
+    items: tuple[AssistantText | Reasoning | ToolCallItem, ...] = field(default_factory=tuple)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallItem, ...]:
+        return tuple(i for i in self.items if isinstance(i, ToolCallItem))
+
+
+class ModelProvider(Protocol):
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Raise ``runtime.errors.Retryable`` for transient failures, ``Permanent`` otherwise."""
+        ...

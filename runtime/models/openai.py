@@ -1,0 +1,421 @@
+"""The OpenAI-compatible chat-completions provider (OpenAI, vLLM, Ollama, LiteLLM).
+
+Owns the wire format of ``POST {base_url}/chat/completions`` in both directions, the retry
+policy for transient failures (429 with ``Retry-After``, 5xx, timeouts and dropped
+connections, exponential backoff with jitter) and the translation of every other failure into
+``Permanent`` with a message an operator can act on. The API key is a secret: it is sent only
+as a Bearer header and never appears in an error message or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, assert_never
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from runtime.errors import Permanent, Retryable
+from runtime.models.base import (
+    AssistantText,
+    ModelRequest,
+    ModelResponse,
+    Reasoning,
+    ToolCallItem,
+    ToolResultItem,
+    ToolSpec,
+    UserText,
+)
+
+Sleep = Callable[[float], Awaitable[None]]
+OutputItem = AssistantText | Reasoning | ToolCallItem
+
+_TRANSIENT_STATUS = frozenset({408, 425, 429})
+_AUTH_STATUS = frozenset({401, 403})
+_SNIPPET = 300
+
+
+class OpenAIProvider:
+    """A ``ModelProvider`` for any server speaking the OpenAI chat-completions API.
+
+    ``base_url`` includes the version prefix (``http://host:8000/v1``). ``max_retries`` counts
+    retries after the first attempt. A ``Retry-After`` longer than ``max_retry_after_s`` is not
+    slept through: the call fails at once with ``Retryable(retry_after_s=...)`` so the executor
+    can reschedule instead of holding a worker.
+    """
+
+    __slots__ = (
+        "_api_key",
+        "_backoff_base_s",
+        "_backoff_max_s",
+        "_max_retries",
+        "_max_retry_after_s",
+        "_sleep",
+        "_timeout_s",
+        "_transport",
+        "_url",
+        "base_url",
+        "model",
+    )
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+        max_retry_after_s: float = 60.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._url = f"{self.base_url}/chat/completions"
+        self._api_key = api_key or None
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._transport = transport
+        self._sleep = sleep
+        self._backoff_base_s = backoff_base_s
+        self._backoff_max_s = backoff_max_s
+        self._max_retry_after_s = max_retry_after_s
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = request_body(self.model, request)
+        async with self._client() as client:
+            response = await self._post_with_retries(client, body)
+        return parse_completion(response.content, turn=request.turn, where=self._url)
+
+    def _client(self) -> httpx.AsyncClient:
+        headers = {"User-Agent": "keel-bot"}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # A transport handed in belongs to the caller, so closing our client must not close it.
+        transport = _Borrowed(self._transport) if self._transport is not None else None
+        return httpx.AsyncClient(
+            headers=headers, timeout=self._timeout_s, transport=transport, follow_redirects=False
+        )
+
+    async def _post_with_retries(
+        self, client: httpx.AsyncClient, body: dict[str, Any]
+    ) -> httpx.Response:
+        attempts = self._max_retries + 1
+        for attempt in range(attempts):
+            outcome = await self._attempt(client, body)
+            if isinstance(outcome, httpx.Response):
+                return outcome
+            delay = self._delay(attempt, outcome)
+            if attempt + 1 == attempts or delay is None:
+                raise Retryable(
+                    f"model provider at {self.base_url} failed after {attempt + 1} attempt(s): "
+                    f"{outcome.reason}",
+                    retry_after_s=outcome.retry_after_s,
+                )
+            await self._sleep(delay)
+        raise AssertionError("unreachable: the last attempt always returns or raises")
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, body: dict[str, Any]
+    ) -> httpx.Response | _Transient:
+        try:
+            response = await client.post(self._url, json=body)
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
+            raise Permanent(f"model provider base_url {self.base_url!r} is not usable: {e}") from e
+        except httpx.TransportError as e:
+            return _Transient(f"{type(e).__name__}: {e}".rstrip(": "), retry_after_s=None)
+        return self._classify(response)
+
+    def _classify(self, response: httpx.Response) -> httpx.Response | _Transient:
+        status = response.status_code
+        if 200 <= status < 300:
+            return response
+        detail = _redact(server_message(response), self._api_key)
+        if status in _TRANSIENT_STATUS or status >= 500:
+            return _Transient(f"HTTP {status}: {detail}", retry_after_s=retry_after(response))
+        if status in _AUTH_STATUS:
+            raise Permanent(
+                f"model provider rejected the API key (HTTP {status} from {self._url}); "
+                f"check the api key configured for model {self.model!r}. Server said: {detail}"
+            )
+        raise Permanent(
+            f"model provider refused the request for model {self.model!r} "
+            f"(HTTP {status} from {self._url}): {detail}"
+        )
+
+    def _delay(self, attempt: int, failure: _Transient) -> float | None:
+        """Seconds to wait before the next attempt, or None when waiting here is pointless."""
+        if failure.retry_after_s is not None:
+            if failure.retry_after_s > self._max_retry_after_s:
+                return None
+            return failure.retry_after_s
+        ceiling = min(self._backoff_max_s, self._backoff_base_s * 2.0**attempt)
+        # Equal jitter: never less than half the ceiling, so backoff still grows per attempt.
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class _Transient:
+    """A failed attempt that a later attempt may get past."""
+
+    reason: str
+    retry_after_s: float | None
+
+
+class _Borrowed(httpx.AsyncBaseTransport):
+    """Delegates requests to a caller-owned transport and leaves its lifecycle to the caller."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        return None
+
+
+# --- request wire format -------------------------------------------------------------------
+
+
+def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
+    """The JSON body of a chat-completions call for ``request``."""
+    body: dict[str, Any] = {"model": model, "messages": list(_messages(request))}
+    if request.tools:
+        body["tools"] = [_function_tool(tool) for tool in request.tools]
+    return body
+
+
+def _messages(request: ModelRequest) -> Iterator[dict[str, Any]]:
+    if request.system:
+        yield {"role": "system", "content": request.system}
+    turn: list[AssistantText | ToolCallItem] = []
+    for item in request.items:
+        if isinstance(item, AssistantText | ToolCallItem):
+            turn.append(item)
+            continue
+        if isinstance(item, Reasoning):
+            # Chat-completions servers reject or ignore reasoning sent back as input.
+            continue
+        if turn:
+            yield _assistant_message(turn)
+            turn = []
+        yield _input_message(item)
+    if turn:
+        yield _assistant_message(turn)
+
+
+def _assistant_message(turn: list[AssistantText | ToolCallItem]) -> dict[str, Any]:
+    texts = [item.text for item in turn if isinstance(item, AssistantText)]
+    calls = [_wire_call(item) for item in turn if isinstance(item, ToolCallItem)]
+    message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _wire_call(call: ToolCallItem) -> dict[str, Any]:
+    arguments = json.dumps(call.arguments, ensure_ascii=False)
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _input_message(item: UserText | ToolResultItem) -> dict[str, Any]:
+    match item:
+        case UserText(text=text):
+            return {"role": "user", "content": text}
+        case ToolResultItem(call_id=call_id, output=output, is_error=is_error):
+            # The wire format has no error flag; the model still needs to know the call failed.
+            content = f"[tool error] {output}" if is_error else output
+            return {"role": "tool", "tool_call_id": call_id, "content": content}
+        case _:
+            assert_never(item)
+
+
+def _function_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+# --- response wire format ------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _ContentPart(_Wire):
+    type: str = "text"
+    text: str | None = None
+
+
+class _WireFunction(_Wire):
+    name: str
+    arguments: str | dict[str, Any] | None = None
+
+
+class _WireCall(_Wire):
+    id: str | None = None
+    function: _WireFunction
+
+
+class _WireMessage(_Wire):
+    content: str | list[_ContentPart] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_WireCall] | None = None
+
+
+class _WireChoice(_Wire):
+    message: _WireMessage
+
+
+class _WireCompletion(_Wire):
+    choices: list[_WireChoice]
+
+
+def parse_completion(content: bytes, *, turn: int, where: str) -> ModelResponse:
+    """Items of the first choice: reasoning, then text, then tool calls (ids kept)."""
+    message = _first_message(content, where)
+    items: list[OutputItem] = []
+    reasoning = message.reasoning_content or message.reasoning
+    if reasoning:
+        items.append(Reasoning(reasoning))
+    text = _text_of(message.content)
+    if text:
+        items.append(AssistantText(text))
+    for index, call in enumerate(message.tool_calls or ()):
+        items.append(_tool_call(call, turn=turn, index=index))
+    return ModelResponse(items=tuple(items))
+
+
+def _first_message(content: bytes, where: str) -> _WireMessage:
+    try:
+        payload = json.loads(content)
+    except ValueError as e:
+        snippet = content[:_SNIPPET].decode("utf-8", "replace")
+        raise Permanent(
+            f"malformed response from model provider at {where}: body is not JSON ({e}); "
+            f"body starts with {snippet!r}"
+        ) from e
+    if not isinstance(payload, dict) or not payload.get("choices"):
+        problem = _payload_error(payload) or "no 'choices' in the body"
+        raise Permanent(f"malformed response from model provider at {where}: {problem}")
+    try:
+        return _WireCompletion.model_validate(payload).choices[0].message
+    except ValidationError as e:
+        raise Permanent(
+            f"malformed response from model provider at {where}: {_validation_summary(e)}"
+        ) from e
+
+
+def _payload_error(payload: Any) -> str | None:
+    """Some proxies answer 200 with an error object; surface it instead of a generic text."""
+    if isinstance(payload, dict) and "error" in payload:
+        return f"no 'choices', server error: {_error_text(payload)}"
+    return None
+
+
+def _validation_summary(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in detail['loc'])}: {detail['msg']}"
+        for detail in error.errors()[:5]
+    )
+
+
+def _text_of(content: str | list[_ContentPart] | None) -> str:
+    if isinstance(content, list):
+        return "".join(part.text or "" for part in content if part.type == "text")
+    return content or ""
+
+
+def _tool_call(call: _WireCall, *, turn: int, index: int) -> ToolCallItem:
+    # Some servers omit ids; a turn-derived id keeps the call addressable and stable.
+    call_id = call.id or f"call_{turn}_{index}"
+    return ToolCallItem(call_id, call.function.name, _arguments(call.function, call_id))
+
+
+def _arguments(function: _WireFunction, call_id: str) -> dict[str, Any]:
+    raw = function.arguments
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError as e:
+        raise Permanent(
+            f"model returned invalid JSON arguments for tool {function.name!r} "
+            f"(call {call_id}): {e}; arguments were {raw[:_SNIPPET]!r}"
+        ) from e
+    if not isinstance(parsed, dict):
+        raise Permanent(
+            f"model returned arguments for tool {function.name!r} (call {call_id}) that are "
+            f"not a JSON object: {raw[:_SNIPPET]!r}"
+        )
+    return parsed
+
+
+# --- HTTP failure details ------------------------------------------------------------------
+
+
+def server_message(response: httpx.Response) -> str:
+    """The server's own explanation of a failure, from the common error body shapes."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:_SNIPPET].strip() or response.reason_phrase
+    return _error_text(payload)[:_SNIPPET]
+
+
+def _error_text(payload: Any) -> str:
+    if not isinstance(payload, dict):
+        return json.dumps(payload)
+    error = payload.get("error", payload)
+    if isinstance(error, dict):
+        found = error.get("message") or error.get("detail")
+        return str(found) if found is not None else json.dumps(error)
+    return str(error)
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` as seconds: a number of seconds or an HTTP date."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text

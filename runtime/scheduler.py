@@ -1,0 +1,375 @@
+"""The scheduler: the single lifecycle authority for Tasks.
+
+Expected outcomes are typed results, not exceptions. Only this module writes task status
+(through ``runtime.store.tasks.set_status``). Claims are decided by the database: a delivery
+token is consumed by exactly one conditional update, on SQLite and on PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from runtime.clock import Clock, SystemClock
+from runtime.ids import new_task_id
+from runtime.notifier import Notifier
+from runtime.store import tasks as q
+from runtime.store.engine import Database
+from runtime.store.models import TaskRow
+from runtime.store.records import (
+    Lease,
+    MailboxMessage,
+    StatusChange,
+    Task,
+    TaskResult,
+    TaskSpec,
+    TaskStatus,
+)
+
+# Cancel deliveries sort ahead of anything queued.
+_PRIORITY = timedelta(days=3650)
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    task: Task
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    task: Task
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class NoMatch:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    message: MailboxMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    message: MailboxMessage
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyTerminal:
+    status: TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    task_id: str
+
+
+AppendOutcome = Appended | Duplicate | AlreadyTerminal | NotFound
+ReportOutcome = Accepted | AlreadyTerminal | Missing
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    recovered: int
+    timed_out: int
+
+
+class Scheduler:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Clock | None = None,
+        notifier: Notifier | None = None,
+        lease_seconds: float = 30.0,
+    ) -> None:
+        self.db = db
+        self.clock = clock or SystemClock()
+        self.notifier = notifier or Notifier()
+        self.lease_seconds = lease_seconds
+
+    # -- creation -------------------------------------------------------------------------
+
+    async def schedule(self, spec: TaskSpec) -> Scheduled:
+        try:
+            outcome = await self.db.run(lambda s: self._schedule(s, spec))
+        except IntegrityError:
+            # A concurrent creator won the (parent_id, child_key) race: return its child.
+            outcome = await self.db.run(lambda s: self._schedule(s, spec))
+        if outcome.created:
+            self._wake()
+        return outcome
+
+    def _schedule(self, session: Session, spec: TaskSpec) -> Scheduled:
+        now = self.clock.now()
+        parent = q.lock_task(session, spec.parent_id) if spec.parent_id else None
+        if spec.parent_id and parent is None:
+            raise ValueError(f"parent task {spec.parent_id} does not exist")
+        if parent is not None and spec.child_key is not None:
+            existing = q.find_child(session, parent.task_id, spec.child_key)
+            if existing is not None:
+                return Scheduled(q.to_task(existing), created=False)
+        row = q.insert_task(session, new_task_id(), spec, parent, now)
+        session.flush()
+        self._notify_in(session)
+        return Scheduled(q.to_task(row), created=True)
+
+    # -- claims and leases ----------------------------------------------------------------
+
+    async def claim(self, token: str, worker: str) -> Claimed | NoMatch:
+        return await self.db.run(lambda s: self._claim(s, token, worker))
+
+    def _claim(self, session: Session, token: str, worker: str) -> Claimed | NoMatch:
+        now = self.clock.now()
+        task_id = q.consume_delivery(session, token, worker, now)
+        if task_id is None:
+            return NoMatch("no matching pending delivery")
+        execution = q.lock_execution(session, task_id)
+        task = q.lock_task(session, task_id)
+        if execution is None or task is None:
+            return NoMatch("task missing")
+        if execution.phase == "done":
+            return NoMatch("execution already done")
+        if q.lease_is_live(execution, now):
+            return NoMatch("another worker holds the lease")
+        lease = q.grant_lease(execution, worker, now, self.lease_seconds)
+        q.set_status(session, task, TaskStatus.running, now)
+        return Claimed(q.to_task(task), lease)
+
+    async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
+        """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``)."""
+        return await self.db.run(lambda s: self._claim_next(s, worker, scan))
+
+    def _claim_next(self, session: Session, worker: str, scan: int) -> Claimed | NoMatch:
+        now = self.clock.now()
+        tokens = q.next_ready_tokens(session, now, scan, skip_locked=self.db.is_postgres)
+        for token in tokens:
+            outcome = self._claim(session, token, worker)
+            if isinstance(outcome, Claimed):
+                return outcome
+        return NoMatch("nothing ready")
+
+    async def renew(self, lease: Lease) -> Lease | None:
+        """Extend a lease still held; None if it was lost (expired and recovered)."""
+        return await self.db.run(lambda s: self._renew(s, lease))
+
+    def _renew(self, session: Session, lease: Lease) -> Lease | None:
+        now = self.clock.now()
+        execution = q.lock_execution(session, lease.task_id)
+        if execution is None or execution.lease_id != lease.lease_id:
+            return None
+        execution.lease_expires_at = now + timedelta(seconds=self.lease_seconds)
+        return Lease(lease.task_id, lease.lease_id, lease.owner, execution.lease_expires_at)
+
+    async def release(self, lease: Lease, *, next_tick_at: datetime | None) -> bool:
+        """Give the lease back, optionally scheduling the next tick. False if already lost."""
+        return await self.db.run(lambda s: self.release_in(s, lease, next_tick_at))
+
+    def release_in(self, session: Session, lease: Lease, next_tick_at: datetime | None) -> bool:
+        now = self.clock.now()
+        execution = q.lock_execution(session, lease.task_id)
+        if execution is None or execution.lease_id != lease.lease_id:
+            return False
+        q.clear_lease(execution)
+        if next_tick_at is not None:
+            q.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
+            self._notify_in(session)
+        return True
+
+    async def sweep(self, *, limit: int = 100) -> SweepReport:
+        """Expired leases become one recovery delivery each; overdue tasks become timed_out."""
+        report = await self.db.run(lambda s: self._sweep(s, limit))
+        if report.recovered or report.timed_out:
+            self._wake()
+        return report
+
+    def _sweep(self, session: Session, limit: int) -> SweepReport:
+        now = self.clock.now()
+        expired = q.expired_leases(session, now, limit)
+        for execution in expired:
+            q.clear_lease(execution)
+            execution.version += 1
+            q.add_delivery(session, execution.task_id, "recovery", now, now)
+        overdue = q.overdue_tasks(session, now, limit)
+        for task in overdue:
+            q.set_status(session, task, TaskStatus.timed_out, now)
+            task.result = {"status": "timed_out", "summary": "the task passed its deadline"}
+            self._wake_for_stop(session, task, now)
+        if expired or overdue:
+            self._notify_in(session)
+        return SweepReport(len(expired), len(overdue))
+
+    # -- mailbox --------------------------------------------------------------------------
+
+    async def append_mailbox(
+        self,
+        task_id: str,
+        idempotency_key: str,
+        parts: Sequence[dict[str, Any]],
+        author: str | None = None,
+    ) -> AppendOutcome:
+        def work(session: Session) -> AppendOutcome:
+            return self._append(session, task_id, idempotency_key, parts, author)
+
+        try:
+            outcome = await self.db.run(work)
+        except IntegrityError:
+            outcome = await self.db.run(work)  # lost a same-key race: now a Duplicate
+        if isinstance(outcome, Appended):
+            self._wake()
+        return outcome
+
+    def _append(
+        self,
+        session: Session,
+        task_id: str,
+        key: str,
+        parts: Sequence[dict[str, Any]],
+        author: str | None,
+    ) -> AppendOutcome:
+        now = self.clock.now()
+        task = q.lock_task(session, task_id)
+        if task is None:
+            return NotFound(task_id)
+        existing = q.find_message(session, task_id, key)
+        if existing is not None:
+            return Duplicate(q.to_message(existing))
+        if TaskStatus(task.status).is_terminal:
+            return AlreadyTerminal(TaskStatus(task.status))
+        row = q.insert_message(session, task, key, parts, author, now)
+        if task.status == TaskStatus.waiting:
+            self._wake_waiting(session, task, now)
+        session.flush()
+        return Appended(q.to_message(row))
+
+    async def read_mailbox(self, task_id: str, after: int = 0) -> list[MailboxMessage]:
+        return await self.db.run(lambda s: q.messages_after(s, task_id, after))
+
+    # -- waiting, cancel and results ------------------------------------------------------
+
+    def enter_waiting_in(self, session: Session, task_id: str) -> bool:
+        """Park a running task; refused (False) if input arrived it has not read yet."""
+        now = self.clock.now()
+        task = q.lock_task(session, task_id)
+        execution = q.lock_execution(session, task_id)
+        if task is None or execution is None or TaskStatus(task.status).is_terminal:
+            return False
+        if task.mailbox_seq > execution.mailbox_position or task.cancel_requested_at:
+            return False
+        q.set_status(session, task, TaskStatus.waiting, now)
+        return True
+
+    def _wake_waiting(self, session: Session, task: TaskRow, now: datetime) -> None:
+        execution = q.lock_execution(session, task.task_id)
+        q.set_status(session, task, TaskStatus.queued, now)
+        if execution is not None and not q.lease_is_live(execution, now):
+            q.add_delivery(session, task.task_id, "wake", now, now)
+            self._notify_in(session)
+
+    async def request_cancel(self, task_id: str, reason: str, requested_by: str | None) -> bool:
+        """Record a stop; False if the task is missing or already terminal."""
+        done = await self.db.run(lambda s: self._cancel(s, task_id, reason, requested_by))
+        if done:
+            self._wake()
+        return done
+
+    def _cancel(self, session: Session, task_id: str, reason: str, by: str | None) -> bool:
+        now = self.clock.now()
+        task = q.lock_task(session, task_id)
+        if task is None or TaskStatus(task.status).is_terminal:
+            return False
+        if task.cancel_requested_at is None:
+            task.cancel_requested_at = now
+            task.cancel_reason = reason
+            task.cancel_requested_by = by
+        self._wake_for_stop(session, task, now)
+        for child in q.active_descendants(session, task):
+            self._wake_for_stop(session, child, now)
+        self._notify_in(session)
+        return True
+
+    def _wake_for_stop(self, session: Session, task: TaskRow, now: datetime) -> None:
+        """Give an idle task a tick, ahead of the queue, so it observes the stop promptly."""
+        execution = q.lock_execution(session, task.task_id)
+        if execution is None or execution.phase == "done" or q.lease_is_live(execution, now):
+            return
+        q.add_delivery(session, task.task_id, "stop", now - _PRIORITY, now)
+
+    async def stop_requested(self, task_id: str) -> bool:
+        """True if the task or any ancestor has a stop recorded or is already terminal."""
+        return await self.db.run(lambda s: self.stop_requested_in(s, task_id))
+
+    def stop_requested_in(self, session: Session, task_id: str) -> bool:
+        chain = q.ancestry(session, task_id)
+        if not chain:
+            return True
+        return any(
+            t.cancel_requested_at is not None or TaskStatus(t.status).is_terminal for t in chain
+        )
+
+    async def report_result(self, task_id: str, result: TaskResult) -> ReportOutcome:
+        outcome = await self.db.run(lambda s: self.report_result_in(s, task_id, result))
+        self._wake()
+        return outcome
+
+    def report_result_in(self, session: Session, task_id: str, result: TaskResult) -> ReportOutcome:
+        if not result.status.is_terminal:
+            raise ValueError(f"report_result needs a terminal status, not {result.status}")
+        now = self.clock.now()
+        task = q.lock_task(session, task_id)
+        if task is None:
+            return Missing(task_id)
+        if TaskStatus(task.status).is_terminal:
+            return AlreadyTerminal(TaskStatus(task.status))
+        q.set_status(session, task, result.status, now)
+        task.result = {"status": result.status.value, "summary": result.summary, **result.detail}
+        if task.parent_id:
+            parent = q.lock_task(session, task.parent_id)
+            if parent is not None and parent.status == TaskStatus.waiting:
+                self._wake_waiting(session, parent, now)
+        return Accepted(q.to_task(task))
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> Task | None:
+        def work(session: Session) -> Task | None:
+            row = q.get_task(session, task_id)
+            return q.to_task(row) if row else None
+
+        return await self.db.run(work)
+
+    async def history(self, task_id: str) -> list[StatusChange]:
+        return await self.db.run(lambda s: q.status_history(s, task_id))
+
+    async def active_for_objective(self, objective_key: str) -> list[Task]:
+        rows = await self.db.run(lambda s: q.count_active_by_objective(s, objective_key))
+        return [q.to_task(r) for r in rows]
+
+    # -- notifications --------------------------------------------------------------------
+
+    def _notify_in(self, session: Session) -> None:
+        if self.db.is_postgres:
+            session.connection().exec_driver_sql("NOTIFY keel_ready")
+
+    def _wake(self) -> None:
+        self.notifier.notify()
+
+

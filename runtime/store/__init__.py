@@ -1,0 +1,1 @@
+"""Durable storage: the schema, the engine factory, migrations and the record types."""

@@ -1,0 +1,106 @@
+"""The one engine factory and the transaction runner.
+
+SQLite is the embedded default: WAL, ``synchronous=FULL`` (an acknowledged signal survives a
+power cut), a busy timeout, and ``BEGIN IMMEDIATE`` so writers queue instead of failing on
+lock upgrades. PostgreSQL runs through psycopg 3. SQLAlchemy is synchronous here and wrapped
+in exactly one place, ``Database.run``, which moves the work off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.errors import Retryable
+
+T = TypeVar("T")
+
+DEFAULT_URL = "sqlite:///./keel.db"
+
+
+def resolve_url(configured: str | None) -> str:
+    """``KEEL_DATABASE_URL`` overrides the configured URL."""
+    return os.environ.get("KEEL_DATABASE_URL") or configured or DEFAULT_URL
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    if parsed.drivername == "postgresql":
+        url = str(parsed.set(drivername="postgresql+psycopg"))
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Database:
+    """Owns the engine, hands out transactions, and runs blocking work off the event loop."""
+
+    def __init__(self, engine: Engine, *, threads: int = 8) -> None:
+        self.engine = engine
+        self.is_postgres = engine.dialect.name == "postgresql"
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="keel-db")
+
+    @classmethod
+    def from_url(cls, url: str) -> Database:
+        return cls(make_engine(url))
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self._sessions() as session:
+            try:
+                with session.begin():
+                    yield session
+            except (OperationalError, DBAPIError) as e:
+                if _is_transient(e):
+                    raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
+                raise
+
+    def run_sync(self, work: Callable[[Session], T]) -> T:
+        with self.transaction() as session:
+            return work(session)
+
+    async def run(self, work: Callable[[Session], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.run_sync, work)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.engine.dispose()
+
+
+def _is_transient(error: DBAPIError) -> bool:
+    if error.connection_invalidated:
+        return True
+    text = str(error.orig).lower()
+    markers = ("database is locked", "connection", "server closed", "could not connect", "timeout")
+    return any(m in text for m in markers)

@@ -1,0 +1,232 @@
+"""The ORM schema. Only runtime/store sees these classes; everything else gets domain records.
+
+Uniqueness that the design depends on lives here as constraints, never as check-then-insert:
+(provider, delivery_id) and dedupe_key on signals, (parent_id, child_key) on tasks,
+(task_id, idempotency_key) and (task_id, seq) on mailbox messages, (task_id, item_key) on
+transcript items, (task_id, call_id) on tool calls, and the idempotency key of each outbox post.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC, returns aware UTC: the same on SQLite and PostgreSQL."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+# SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT.
+AutoId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("parent_id", "child_key", name="uq_tasks_parent_child_key"),
+        Index("ix_tasks_objective_status", "objective_key", "status"),
+        Index("ix_tasks_status", "status"),
+        Index("ix_tasks_root", "root_id"),
+        Index("ix_tasks_deadline", "deadline_at"),
+    )
+    task_id: Mapped[str] = mapped_column("id", String(40), primary_key=True)
+    root_id: Mapped[str] = mapped_column(String(40))
+    parent_id: Mapped[str | None] = mapped_column(String(40))
+    child_key: Mapped[str | None] = mapped_column(String(200))
+    depth: Mapped[int] = mapped_column(Integer, default=0)
+    agent: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20))
+    message: Mapped[str] = mapped_column(Text)
+    origin_thread_ref: Mapped[str | None] = mapped_column(String(300))
+    objective_key: Mapped[str | None] = mapped_column(String(300))
+    repo: Mapped[str | None] = mapped_column(String(200))
+    follows_task_id: Mapped[str | None] = mapped_column(String(40))
+    requested_by: Mapped[str | None] = mapped_column(String(200))
+    result: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    mailbox_seq: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
+    cancel_requested_by: Mapped[str | None] = mapped_column(String(200))
+    deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    status_changed_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class TaskStatusChangeRow(Base):
+    __tablename__ = "task_status_changes"
+    __table_args__ = (Index("ix_status_changes_task", "task_id"),)
+    change_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(20))
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class DeliveryRow(Base):
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        Index("ix_deliveries_ready", "consumed_at", "available_at"),
+        Index("ix_deliveries_task", "task_id"),
+    )
+    delivery_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    reason: Mapped[str] = mapped_column(String(40))
+    available_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    consumed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    consumed_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ExecutionRow(Base):
+    __tablename__ = "executions"
+    __table_args__ = (Index("ix_executions_lease", "lease_expires_at"),)
+    task_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(40))
+    turn: Mapped[int] = mapped_column(Integer, default=0)
+    mailbox_position: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[dict[str, Any]] = mapped_column(Json)
+    lease_id: Mapped[str | None] = mapped_column(String(64))
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class MailboxMessageRow(Base):
+    __tablename__ = "mailbox_messages"
+    __table_args__ = (
+        UniqueConstraint("task_id", "idempotency_key", name="uq_mailbox_task_key"),
+        UniqueConstraint("task_id", "seq", name="uq_mailbox_task_seq"),
+    )
+    message_id: Mapped[str] = mapped_column("id", String(40), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    seq: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str] = mapped_column(String(300))
+    parts: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    author: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class TranscriptItemRow(Base):
+    __tablename__ = "transcript_items"
+    __table_args__ = (UniqueConstraint("task_id", "item_key", name="uq_transcript_task_item"),)
+    item_seq: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    item_key: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20))
+    kind: Mapped[str] = mapped_column(String(20))
+    payload: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ToolCallRow(Base):
+    __tablename__ = "tool_calls"
+    __table_args__ = (Index("ix_tool_calls_turn", "task_id", "turn"),)
+    task_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    call_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    turn: Mapped[int] = mapped_column(Integer)
+    idx: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(100))
+    args: Mapped[dict[str, Any]] = mapped_column(Json)
+    effect: Mapped[str] = mapped_column(String(10))
+    dispatch_state: Mapped[str] = mapped_column(String(20))
+    handle: Mapped[str | None] = mapped_column(String(200))
+    deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    outcome: Mapped[str | None] = mapped_column(String(20))
+    result: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    settled_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    late_reports: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class EvidenceRow(Base):
+    __tablename__ = "evidence"
+    __table_args__ = (
+        UniqueConstraint("task_id", "kind", "ref", name="uq_evidence_task_kind_ref"),
+        Index("ix_evidence_root", "root_id"),
+    )
+    evidence_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    root_id: Mapped[str] = mapped_column(String(40))
+    call_id: Mapped[str | None] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))
+    ref: Mapped[str] = mapped_column(String(300))
+    strength: Mapped[int] = mapped_column(Integer)
+    detail: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class OutboxRow(Base):
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_pending", "state", "next_attempt_at"),)
+    outbox_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    purpose: Mapped[str] = mapped_column(String(40))
+    surface: Mapped[str] = mapped_column(String(40))
+    thread_ref: Mapped[str] = mapped_column(String(300))
+    idempotency_key: Mapped[str] = mapped_column(String(300), unique=True)
+    action: Mapped[str] = mapped_column(String(20))
+    body: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(20))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    landed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    landed_on: Mapped[str | None] = mapped_column(String(300))
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class SignalRow(Base):
+    __tablename__ = "signals"
+    __table_args__ = (
+        UniqueConstraint("provider", "delivery_id", name="uq_signals_provider_delivery"),
+        UniqueConstraint("dedupe_key", name="uq_signals_dedupe_key"),
+        Index("ix_signals_task", "task_id"),
+    )
+    signal_id: Mapped[str] = mapped_column("id", String(40), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(20))
+    delivery_id: Mapped[str] = mapped_column(String(200))
+    dedupe_key: Mapped[str] = mapped_column(String(300))
+    kind: Mapped[str] = mapped_column(String(30))
+    thread_ref: Mapped[str | None] = mapped_column(String(300))
+    objective_key: Mapped[str | None] = mapped_column(String(300))
+    actor: Mapped[dict[str, Any]] = mapped_column(Json)
+    text: Mapped[str] = mapped_column(Text)
+    decision: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(String(200))
+    task_id: Mapped[str | None] = mapped_column(String(40))
+    received_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RouteAttemptRow(Base):
+    __tablename__ = "route_attempts"
+    __table_args__ = (Index("ix_route_attempts_signal", "signal_id"),)
+    attempt_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    signal_id: Mapped[str] = mapped_column(String(40))
+    attempt: Mapped[int] = mapped_column(Integer)
+    target_task_id: Mapped[str | None] = mapped_column(String(40))
+    idempotency_key: Mapped[str] = mapped_column(String(300))
+    outcome: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,0 +1,108 @@
+"""Domain records returned by the store. Nothing outside runtime/store sees an ORM row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from runtime.ids import MessageId, TaskId
+
+
+class TaskStatus(StrEnum):
+    scheduled = "scheduled"
+    queued = "queued"
+    running = "running"
+    waiting = "waiting"
+    succeeded = "succeeded"
+    failed = "failed"
+    canceled = "canceled"
+    timed_out = "timed_out"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {TaskStatus.succeeded, TaskStatus.failed, TaskStatus.canceled, TaskStatus.timed_out}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What ``schedule`` needs to create a Task."""
+
+    agent: str
+    message: str
+    origin_thread_ref: str | None = None
+    objective_key: str | None = None
+    repo: str | None = None
+    parent_id: TaskId | None = None
+    child_key: str | None = None
+    deadline_at: datetime | None = None
+    available_at: datetime | None = None
+    requested_by: str | None = None
+    follows_task_id: TaskId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    task_id: TaskId
+    root_id: TaskId
+    parent_id: TaskId | None
+    child_key: str | None
+    depth: int
+    agent: str
+    status: TaskStatus
+    message: str
+    origin_thread_ref: str | None
+    objective_key: str | None
+    repo: str | None
+    follows_task_id: TaskId | None
+    requested_by: str | None
+    result: dict[str, Any] | None
+    cancel_requested_at: datetime | None
+    deadline_at: datetime | None
+    created_at: datetime
+    status_changed_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """What an executor reports; ``status`` must be terminal."""
+
+    status: TaskStatus
+    summary: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    task_id: TaskId
+    lease_id: str
+    owner: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxMessage:
+    message_id: MessageId
+    task_id: TaskId
+    seq: int
+    idempotency_key: str
+    parts: tuple[dict[str, Any], ...]
+    author: str | None
+    created_at: datetime
+
+    @property
+    def text(self) -> str:
+        return "\n".join(str(p.get("text", "")) for p in self.parts if p.get("type") == "text")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    status: TaskStatus
+    at: datetime

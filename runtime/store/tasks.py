@@ -1,0 +1,320 @@
+"""Task lifecycle SQL: tasks, status changes, deliveries, leases and the mailbox.
+
+Every function takes an open Session inside a transaction; the scheduler composes them.
+Row locks (``FOR UPDATE``) are no-ops on SQLite, where ``BEGIN IMMEDIATE`` already
+serialises writers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from runtime.ids import MessageId, TaskId, new_message_id, new_token
+from runtime.store.models import (
+    DeliveryRow,
+    ExecutionRow,
+    MailboxMessageRow,
+    TaskRow,
+    TaskStatusChangeRow,
+)
+from runtime.store.records import (
+    TERMINAL,
+    Lease,
+    MailboxMessage,
+    StatusChange,
+    Task,
+    TaskSpec,
+    TaskStatus,
+)
+
+FIRST_PHASE = "load_context"
+_TERMINAL_NAMES = [s.value for s in TERMINAL]
+
+
+def to_task(row: TaskRow) -> Task:
+    return Task(
+        task_id=TaskId(row.task_id),
+        root_id=TaskId(row.root_id),
+        parent_id=TaskId(row.parent_id) if row.parent_id else None,
+        child_key=row.child_key,
+        depth=row.depth,
+        agent=row.agent,
+        status=TaskStatus(row.status),
+        message=row.message,
+        origin_thread_ref=row.origin_thread_ref,
+        objective_key=row.objective_key,
+        repo=row.repo,
+        follows_task_id=TaskId(row.follows_task_id) if row.follows_task_id else None,
+        requested_by=row.requested_by,
+        result=row.result,
+        cancel_requested_at=row.cancel_requested_at,
+        deadline_at=row.deadline_at,
+        created_at=row.created_at,
+        status_changed_at=row.status_changed_at,
+        finished_at=row.finished_at,
+    )
+
+
+def to_message(row: MailboxMessageRow) -> MailboxMessage:
+    return MailboxMessage(
+        message_id=MessageId(row.message_id),
+        task_id=TaskId(row.task_id),
+        seq=row.seq,
+        idempotency_key=row.idempotency_key,
+        parts=tuple(row.parts),
+        author=row.author,
+        created_at=row.created_at,
+    )
+
+
+def lock_task(session: Session, task_id: str) -> TaskRow | None:
+    return session.scalars(
+        select(TaskRow).where(TaskRow.task_id == task_id).with_for_update()
+    ).first()
+
+
+def get_task(session: Session, task_id: str) -> TaskRow | None:
+    return session.get(TaskRow, task_id)
+
+
+def find_child(session: Session, parent_id: str, child_key: str) -> TaskRow | None:
+    query = select(TaskRow).where(TaskRow.parent_id == parent_id, TaskRow.child_key == child_key)
+    return session.scalars(query).first()
+
+
+def insert_task(
+    session: Session, task_id: TaskId, spec: TaskSpec, parent: TaskRow | None, now: datetime
+) -> TaskRow:
+    available_at = spec.available_at or now
+    status = TaskStatus.queued if available_at <= now else TaskStatus.scheduled
+    row = TaskRow(
+        task_id=task_id,
+        root_id=parent.root_id if parent else task_id,
+        parent_id=parent.task_id if parent else None,
+        child_key=spec.child_key,
+        depth=parent.depth + 1 if parent else 0,
+        agent=spec.agent,
+        status=status.value,
+        message=spec.message,
+        origin_thread_ref=spec.origin_thread_ref,
+        objective_key=spec.objective_key,
+        repo=spec.repo,
+        follows_task_id=spec.follows_task_id,
+        requested_by=spec.requested_by,
+        mailbox_seq=0,
+        deadline_at=spec.deadline_at,
+        created_at=now,
+        status_changed_at=now,
+    )
+    session.add(row)
+    session.add(
+        ExecutionRow(
+            task_id=task_id, phase=FIRST_PHASE, turn=0, mailbox_position=0, state={},
+            version=0, updated_at=now,
+        )
+    )
+    session.add(TaskStatusChangeRow(task_id=task_id, status=status.value, at=now))
+    add_delivery(session, task_id, "schedule", available_at, now)
+    return row
+
+
+def set_status(session: Session, row: TaskRow, status: TaskStatus, now: datetime) -> None:
+    """The only place a status is written. Terminal states never change."""
+    if TaskStatus(row.status).is_terminal or row.status == status.value:
+        return
+    row.status = status.value
+    row.status_changed_at = now
+    if status.is_terminal:
+        row.finished_at = now
+    session.add(TaskStatusChangeRow(task_id=row.task_id, status=status.value, at=now))
+
+
+def status_history(session: Session, task_id: str) -> list[StatusChange]:
+    rows = session.scalars(
+        select(TaskStatusChangeRow)
+        .where(TaskStatusChangeRow.task_id == task_id)
+        .order_by(TaskStatusChangeRow.change_id)
+    )
+    return [StatusChange(TaskStatus(r.status), r.at) for r in rows]
+
+
+def add_delivery(
+    session: Session, task_id: str, reason: str, available_at: datetime, now: datetime
+) -> str:
+    token = new_token()
+    session.add(
+        DeliveryRow(
+            task_id=task_id, token=token, reason=reason, available_at=available_at,
+            created_at=now,
+        )
+    )
+    return token
+
+
+def consume_delivery(session: Session, token: str, worker: str, now: datetime) -> str | None:
+    """Atomically consume an available, unconsumed delivery; the task id if this call won."""
+    statement = (
+        update(DeliveryRow)
+        .where(
+            DeliveryRow.token == token,
+            DeliveryRow.consumed_at.is_(None),
+            DeliveryRow.available_at <= now,
+        )
+        .values(consumed_at=now, consumed_by=worker)
+        .returning(DeliveryRow.task_id)
+    )
+    return session.execute(statement).scalar_one_or_none()
+
+
+def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: bool) -> list[str]:
+    query = (
+        select(DeliveryRow.token)
+        .where(DeliveryRow.consumed_at.is_(None), DeliveryRow.available_at <= now)
+        .order_by(DeliveryRow.available_at, DeliveryRow.delivery_id)
+        .limit(limit)
+    )
+    if skip_locked:
+        query = query.with_for_update(skip_locked=True)
+    return list(session.scalars(query))
+
+
+def lock_execution(session: Session, task_id: str) -> ExecutionRow | None:
+    return session.scalars(
+        select(ExecutionRow).where(ExecutionRow.task_id == task_id).with_for_update()
+    ).first()
+
+
+def lease_is_live(execution: ExecutionRow, now: datetime) -> bool:
+    expires = execution.lease_expires_at
+    return execution.lease_id is not None and expires is not None and expires > now
+
+
+def grant_lease(
+    execution: ExecutionRow, owner: str, now: datetime, lease_seconds: float
+) -> Lease:
+    execution.lease_id = new_token()
+    execution.lease_owner = owner
+    execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    execution.version += 1
+    execution.updated_at = now
+    return Lease(TaskId(execution.task_id), execution.lease_id, owner, execution.lease_expires_at)
+
+
+def clear_lease(execution: ExecutionRow) -> None:
+    execution.lease_id = None
+    execution.lease_owner = None
+    execution.lease_expires_at = None
+
+
+def expired_leases(session: Session, now: datetime, limit: int) -> Sequence[ExecutionRow]:
+    query = (
+        select(ExecutionRow)
+        .where(ExecutionRow.lease_id.is_not(None), ExecutionRow.lease_expires_at < now)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(query).all()
+
+
+def overdue_tasks(session: Session, now: datetime, limit: int) -> Sequence[TaskRow]:
+    query = (
+        select(TaskRow)
+        .where(TaskRow.deadline_at < now, TaskRow.status.not_in(_TERMINAL_NAMES))
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(query).all()
+
+
+def find_message(session: Session, task_id: str, key: str) -> MailboxMessageRow | None:
+    query = select(MailboxMessageRow).where(
+        MailboxMessageRow.task_id == task_id, MailboxMessageRow.idempotency_key == key
+    )
+    return session.scalars(query).first()
+
+
+def insert_message(
+    session: Session,
+    task: TaskRow,
+    key: str,
+    parts: Sequence[dict[str, Any]],
+    author: str | None,
+    now: datetime,
+) -> MailboxMessageRow:
+    task.mailbox_seq += 1
+    row = MailboxMessageRow(
+        message_id=new_message_id(),
+        task_id=task.task_id,
+        seq=task.mailbox_seq,
+        idempotency_key=key,
+        parts=list(parts),
+        author=author,
+        created_at=now,
+    )
+    session.add(row)
+    return row
+
+
+def messages_after(session: Session, task_id: str, after: int) -> list[MailboxMessage]:
+    query = (
+        select(MailboxMessageRow)
+        .where(MailboxMessageRow.task_id == task_id, MailboxMessageRow.seq > after)
+        .order_by(MailboxMessageRow.seq)
+    )
+    return [to_message(r) for r in session.scalars(query)]
+
+
+def active_descendants(session: Session, task: TaskRow) -> list[TaskRow]:
+    """Non-terminal tasks below ``task`` in its tree (one indexed query on root_id)."""
+    query = select(TaskRow).where(
+        TaskRow.root_id == task.root_id, TaskRow.status.not_in(_TERMINAL_NAMES)
+    )
+    rows = list(session.scalars(query))
+    by_parent: dict[str, list[TaskRow]] = {}
+    for r in rows:
+        by_parent.setdefault(r.parent_id or "", []).append(r)
+    found: list[TaskRow] = []
+    frontier = [task.task_id]
+    while frontier:
+        children = [c for p in frontier for c in by_parent.get(p, [])]
+        found.extend(children)
+        frontier = [c.task_id for c in children]
+    return found
+
+
+def ancestry(session: Session, task_id: str) -> list[TaskRow]:
+    """The task and its ancestors, nearest first."""
+    chain: list[TaskRow] = []
+    current = session.get(TaskRow, task_id)
+    while current is not None:
+        chain.append(current)
+        current = session.get(TaskRow, current.parent_id) if current.parent_id else None
+    return chain
+
+
+def count_active_by_objective(session: Session, objective_key: str) -> Sequence[TaskRow]:
+    query = (
+        select(TaskRow)
+        .where(TaskRow.objective_key == objective_key, TaskRow.status.not_in(_TERMINAL_NAMES))
+        .order_by(TaskRow.created_at.desc())
+    )
+    return session.scalars(query).all()
+
+
+def latest_by_objective(session: Session, objective_key: str) -> TaskRow | None:
+    query = (
+        select(TaskRow)
+        .where(TaskRow.objective_key == objective_key, TaskRow.parent_id.is_(None))
+        .order_by(TaskRow.created_at.desc())
+        .limit(1)
+    )
+    return session.scalars(query).first()
+
+
+def count_tasks(session: Session) -> int:
+    return session.execute(select(func.count()).select_from(TaskRow)).scalar_one()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -243,7 +244,7 @@ async def test_status_changes_are_timestamped_in_order(database: Database) -> No
     await scheduler.report_result(task.task_id, TaskResult(TaskStatus.failed, "boom"))
     history = await scheduler.history(task.task_id)
     assert [h.status for h in history] == [TaskStatus.queued, TaskStatus.running, TaskStatus.failed]
-    assert all(a.at <= b.at for a, b in zip(history, history[1:], strict=False))
+    assert all(a.at <= b.at for a, b in itertools.pairwise(history))
 
 
 async def test_sweeper_times_out_overdue_task_and_gives_it_a_stop_tick(database: Database) -> None:

@@ -17,17 +17,23 @@ from sqlalchemy import select
 from runtime.clock import ManualClock
 from runtime.scheduler import Claimed, Scheduler
 from runtime.store.engine import Database
-from runtime.store.models import MailboxMessageRow, TaskRow
+from runtime.store.models import Base, MailboxMessageRow, TaskRow
 from runtime.store.records import Lease, TaskResult, TaskStatus
 from tests.factories import make_spec, text_part
 
 TERMINALS = [TaskStatus.succeeded, TaskStatus.failed, TaskStatus.canceled, TaskStatus.timed_out]
 
 
+def _clear(session: Any) -> None:
+    for table in reversed(Base.metadata.sorted_tables):
+        session.execute(table.delete())
+
+
 def _machine(database: Database) -> type[RuleBasedStateMachine]:
     class SchedulerMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
+            database.run_sync(_clear)  # each example starts from an empty database
             self.loop = asyncio.new_event_loop()
             self.clock = ManualClock()
             self.scheduler = Scheduler(database, clock=self.clock, lease_seconds=10)

@@ -1,0 +1,405 @@
+"""The application configuration: the adapters' sections, ``AppConfig`` and ``load_config``.
+
+``load_config`` reads app.yaml, substitutes ``${VAR}`` / ``${VAR:-default}`` from the
+environment, validates the tree into frozen models and reports every problem as one
+``ConfigError`` line naming the key by its dotted path. A value that comes out empty (an
+unset variable, ``~``, ``""``) means "not set": the key takes its default, and a surface
+whose secrets are not set is disabled rather than failing. ``describe`` says, without
+printing any secret, what is enabled and why.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from routing.config import DaemonsConfig, RoutingConfig
+from runtime.config import (
+    AckStyle,
+    Agents,
+    ConfigSection,
+    DatabaseConfig,
+    ModelConfig,
+    Names,
+    OptionalText,
+    ReportingConfig,
+    Secret,
+    SourceOf,
+    WorkerConfig,
+    WorkspaceConfig,
+    default_agents,
+    describe_agents,
+    redact_url,
+)
+from runtime.errors import ConfigError
+
+Permission = Literal["read", "triage", "write", "maintain", "admin"]
+
+
+class ServerConfig(ConfigSection):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    admin_token: Secret = None
+    body_limit_bytes: int = Field(default=1024 * 1024, ge=1)
+    public_url: OptionalText = None
+
+    @property
+    def is_loopback(self) -> bool:
+        """Bound to loopback only: the one case where the API and UI need no admin token."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def describe(self, source: SourceOf) -> str:
+        where = f"server: {self.host}:{self.port}, body limit {self.body_limit_bytes} bytes"
+        if self.admin_token is not None:
+            return f"{where}; API and UI require the admin token"
+        if self.is_loopback:
+            return f"{where}; API and UI open on loopback (no admin token)"
+        token = source("server.admin_token")
+        return f"{where}; API and UI refuse every request ({token} not set, host is not loopback)"
+
+
+class SlackConfig(ConfigSection):
+    bot_token: Secret = None
+    signing_secret: Secret = None
+    api_url: str = "https://slack.com/api/"
+    allowed_channels: Names = ()
+    allowed_users: Names = ()
+    ack: AckStyle = "reaction"
+    mention_trigger: OptionalText = None
+
+    @field_validator("api_url")
+    @classmethod
+    def _trailing_slash(cls, api_url: str) -> str:
+        # slack_sdk joins method names onto base_url, so the slash is not optional.
+        return api_url if api_url.endswith("/") else f"{api_url}/"
+
+    @property
+    def enabled(self) -> bool:
+        return self.bot_token is not None and self.signing_secret is not None
+
+    def describe(self, source: SourceOf) -> str:
+        if not self.enabled:
+            unset = [
+                source(f"slack.{name}")
+                for name in ("bot_token", "signing_secret")
+                if getattr(self, name) is None
+            ]
+            return f"slack: disabled ({', '.join(unset)} not set)"
+        channels = ", ".join(self.allowed_channels) or "all"
+        users = ", ".join(self.allowed_users) or "all"
+        return (
+            f"slack: enabled (api {redact_url(self.api_url)}, channels {channels}, "
+            f"users {users}, ack by {self.ack})"
+        )
+
+
+class GitHubAppConfig(ConfigSection):
+    app_id: int | None = None
+    private_key: Secret = None
+    installation_id: int | None = None
+
+    @field_validator("private_key")
+    @classmethod
+    def _real_newlines(cls, key: SecretStr | None) -> SecretStr | None:
+        # A PEM passed through an env var often arrives with literal "\n" sequences.
+        if key is None or "\n" in key.get_secret_value():
+            return key
+        return SecretStr(key.get_secret_value().replace("\\n", "\n"))
+
+    def unset(self) -> tuple[str, ...]:
+        return tuple(
+            name
+            for name in ("app_id", "private_key", "installation_id")
+            if getattr(self, name) is None
+        )
+
+
+class GitHubConfig(ConfigSection):
+    token: Secret = None
+    app: GitHubAppConfig = Field(default_factory=GitHubAppConfig)
+    webhook_secret: Secret = None
+    api_url: str = "https://api.github.com"
+    bot_login: str = "keel-bot"
+    trigger: str = Field(default="@keel", min_length=1)
+    min_permission: Permission = "write"
+    allowed_bots: Names = ()
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> GitHubConfig:
+        if self.token is not None and not self.app.unset():
+            raise ValueError("both token and app are set; configure one way to authenticate")
+        return self
+
+    @property
+    def auth(self) -> Literal["token", "app"] | None:
+        if self.token is not None:
+            return "token"
+        return None if self.app.unset() else "app"
+
+    @property
+    def enabled(self) -> bool:
+        return self.webhook_secret is not None and self.auth is not None
+
+    def describe(self, source: SourceOf) -> str:
+        if self.enabled:
+            return (
+                f"github: enabled ({self.auth} auth, api {redact_url(self.api_url)}, "
+                f"bot {self.bot_login}, trigger {self.trigger!r}, "
+                f"min permission {self.min_permission})"
+            )
+        return f"github: disabled ({'; '.join(self._why_disabled(source))})"
+
+    def _why_disabled(self, source: SourceOf) -> list[str]:
+        reasons = []
+        if self.webhook_secret is None:
+            reasons.append(f"{source('github.webhook_secret')} not set")
+        if self.auth is None:
+            app_unset = ", ".join(source(f"github.app.{name}") for name in self.app.unset())
+            reasons.append(
+                f"no credentials: {source('github.token')} not set, "
+                f"and github.app lacks {app_unset}"
+            )
+        return reasons
+
+
+class AppConfig(ConfigSection):
+    """Every section of app.yaml. Built by ``load_config``; ``AppConfig()`` is all defaults."""
+
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    github: GitHubConfig = Field(default_factory=GitHubConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    agents: Agents = Field(default_factory=default_agents)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    daemons: DaemonsConfig = Field(default_factory=DaemonsConfig)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    reporting: ReportingConfig = Field(default_factory=ReportingConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    # Which env var each dotted path was read from, so describe() can name it.
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> AppConfig:
+        problems = [*_unknown_agents(self), *_unknown_repositories(self)]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def source_of(self, path: str) -> str:
+        return self._sources.get(path, path)
+
+
+def _unknown_agents(config: AppConfig) -> list[str]:
+    known = ", ".join(config.agents)
+    return [
+        f"daemons.roles[{index}].agent: unknown agent {daemon.agent!r} (agents: {known})"
+        for index, daemon in enumerate(config.daemons.roles)
+        if daemon.agent not in config.agents
+    ]
+
+
+def _unknown_repositories(config: AppConfig) -> list[str]:
+    repos = config.workspace.repositories
+    known = ", ".join(repos) or "none"
+    routing = config.routing
+    named = {f"routing.channel_repos.{ch}": repo for ch, repo in routing.channel_repos.items()}
+    if routing.default_repo is not None:
+        named["routing.default_repo"] = routing.default_repo
+    return [
+        f"{path}: unknown repository {repo!r} (workspace.repositories: {known})"
+        for path, repo in named.items()
+        if repo not in repos
+    ]
+
+
+def describe(config: AppConfig) -> list[str]:
+    """One line per section saying what is enabled and why; never a secret value."""
+    source = config.source_of
+    return [
+        config.database.describe(source),
+        config.server.describe(source),
+        config.slack.describe(source),
+        config.github.describe(source),
+        config.model.describe(source),
+        describe_agents(config.agents),
+        config.routing.describe(source),
+        config.daemons.describe(source),
+        config.workspace.describe(source),
+        config.reporting.describe(source),
+        config.worker.describe(source),
+    ]
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AppConfig:
+    """Read, substitute and validate app.yaml; every problem is a line of one ConfigError."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from e
+    return build_config(_parse_yaml(text, str(path)), env)
+
+
+def build_config(tree: object, env: Mapping[str, str] | None = None) -> AppConfig:
+    """Validate an already-parsed configuration tree (what ``load_config`` does after YAML)."""
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise ConfigError("top level: expected a mapping of sections")
+    resolution = _Resolution(os.environ if env is None else env)
+    resolved = resolution.resolve(tree, ())
+    assert isinstance(resolved, dict)
+    _override_database_url(resolved, resolution)
+    try:
+        config = AppConfig.model_validate(resolved)
+    except ValidationError as e:
+        # Not chained: a ValidationError's text quotes input values, and those may be secrets.
+        raise ConfigError("\n".join(_problem(d, resolution.unset) for d in _details(e))) from None
+    config._sources = resolution.sources
+    return config
+
+
+def _override_database_url(tree: dict[Any, Any], resolution: _Resolution) -> None:
+    url = resolution.env.get("KEEL_DATABASE_URL")
+    if not url:
+        return
+    database = tree.setdefault("database", {})
+    if isinstance(database, dict):
+        database["url"] = url
+        resolution.sources["database.url"] = "KEEL_DATABASE_URL"
+
+
+# --- ${VAR} substitution ---------------------------------------------------------------
+
+_REFERENCE = re.compile(r"(\$?)\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_ABSENT = object()
+
+
+@dataclass
+class _Resolution:
+    """One pass of substitution over the parsed tree, remembering which path read which var."""
+
+    env: Mapping[str, str]
+    sources: dict[str, str] = field(default_factory=dict)
+    unset: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, node: object, loc: tuple[str | int, ...]) -> object:
+        if isinstance(node, dict):
+            items = ((key, self.resolve(value, (*loc, key))) for key, value in node.items())
+            return {key: value for key, value in items if value is not _ABSENT}
+        if isinstance(node, list):
+            values = (self.resolve(value, (*loc, i)) for i, value in enumerate(node))
+            return [value for value in values if value is not _ABSENT]
+        if node is None:
+            return _ABSENT
+        return self._substitute(node, dotted(loc)) if isinstance(node, str) else node
+
+    def _substitute(self, text: str, path: str) -> object:
+        names = [m.group(2) for m in _REFERENCE.finditer(text) if not m.group(1)]
+        value = _REFERENCE.sub(self._lookup, text)
+        if names:
+            self.sources.setdefault(path, names[0])
+        if names and not value.strip():
+            self.unset[path] = names[0]
+            return _ABSENT
+        return value
+
+    def _lookup(self, match: re.Match[str]) -> str:
+        escaped, name, default = match.groups()
+        if escaped:  # "$${VAR}" is the literal text "${VAR}"
+            return match.group(0)[1:]
+        return self.env.get(name) or (default or "")
+
+
+def dotted(loc: Sequence[str | int]) -> str:
+    """``("daemons", "roles", 0, "id")`` → ``daemons.roles[0].id``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+# --- YAML and error text -------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key repeated in one mapping instead of keeping the last."""
+
+
+def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        if not isinstance(key, Hashable):
+            continue  # construct_mapping below reports unhashable keys itself
+        if key in seen:
+            raise yaml.MarkedYAMLError(
+                problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def _parse_yaml(text: str, origin: str) -> object:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        # Only the position and the problem: the parser's snippet would quote the file.
+        mark = e.problem_mark
+        where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark else origin
+        raise ConfigError(f"{where}: invalid YAML: {e.problem}") from None
+    except yaml.YAMLError:
+        raise ConfigError(f"{origin}: invalid YAML") from None
+
+
+def _details(error: ValidationError) -> list[ErrorDetails]:
+    return error.errors(include_url=False, include_context=False, include_input=False)
+
+
+def _problem(detail: ErrorDetails, unset: Mapping[str, str]) -> str:
+    loc = detail["loc"]
+    is_key = bool(loc) and loc[-1] == "[key]"
+    path = dotted(loc[:-1] if is_key else loc)
+    match detail["type"]:
+        case "extra_forbidden":
+            message = "unknown key"
+        case "model_type" | "dict_type":
+            message = "expected a mapping of keys"
+        case "missing":
+            message = f"required; {unset[path]} is not set" if path in unset else "required"
+        case _:
+            message = detail["msg"].removeprefix("Value error, ")
+    if is_key:
+        message = f"invalid name: {message}"
+    return f"{path}: {message}" if path else message

@@ -1,0 +1,116 @@
+"""Configuration sections owned by routing: the routing policy and the configured daemons.
+
+Daemons defined in a repository's ``.agents/daemons/<id>/DAEMON.md`` are read elsewhere
+(``routing/daemons.py``); ``daemons.repo_daemons`` only says whether to look for them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+
+from runtime.config import (
+    AgentLimits,
+    ConfigSection,
+    Key,
+    Names,
+    OptionalText,
+    SourceOf,
+    blank_to_none,
+)
+
+Conclusion = Literal[
+    "success",
+    "failure",
+    "neutral",
+    "cancelled",
+    "skipped",
+    "timed_out",
+    "action_required",
+    "stale",
+    "startup_failure",
+]
+
+
+def _lowercase(words: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(word.lower() for word in words)
+
+
+class RoutingConfig(ConfigSection):
+    join_thread_replies: bool = True
+    new_task_prefix: str = Field(default="new:", min_length=1)
+    stop_words: Annotated[Names, AfterValidator(_lowercase)] = ("stop", "cancel")
+    stop_reaction: str = "octagonal_sign"
+    channel_repos: dict[str, Key] = Field(default_factory=dict)
+    default_repo: Annotated[Key | None, BeforeValidator(blank_to_none)] = None
+
+    def describe(self, source: SourceOf) -> str:
+        joins = (
+            "thread replies join the active task"
+            if self.join_thread_replies
+            else "thread replies need a mention"
+        )
+        repo = self.default_repo or "none"
+        return (
+            f"routing: {joins}, stop words {', '.join(self.stop_words)} and "
+            f":{self.stop_reaction}:, {len(self.channel_repos)} channel→repo mappings, "
+            f"default repo {repo}"
+        )
+
+
+class WatchRule(ConfigSection):
+    """One class of event a daemon owns; every field that is set must match."""
+
+    provider: Literal["slack", "github"]
+    kind: OptionalText = None
+    repo: OptionalText = None
+    branch: OptionalText = None
+    conclusion: Conclusion | None = None
+    label: OptionalText = None
+    pattern: OptionalText = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"invalid regular expression: {e.msg}") from e
+        return pattern
+
+
+def _not_empty(rules: tuple[WatchRule, ...]) -> tuple[WatchRule, ...]:
+    # An AfterValidator rather than min_length: that would also complain when a rule is invalid.
+    if not rules:
+        raise ValueError("must list at least one rule")
+    return rules
+
+
+class DaemonConfig(ConfigSection):
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
+    agent: str = "default"
+    purpose: str = Field(min_length=1)
+    watch: Annotated[tuple[WatchRule, ...], AfterValidator(_not_empty)]
+    limits: AgentLimits | None = None
+    deny: Names = ()
+
+
+class DaemonsConfig(ConfigSection):
+    repo_daemons: bool = False
+    roles: tuple[DaemonConfig, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> DaemonsConfig:
+        repeated = [name for name, count in Counter(d.id for d in self.roles).items() if count > 1]
+        if repeated:
+            raise ValueError(f"duplicate daemon id {', '.join(repeated)} in roles")
+        return self
+
+    def describe(self, source: SourceOf) -> str:
+        names = ", ".join(d.id for d in self.roles) or "none configured"
+        from_repos = "on" if self.repo_daemons else "off"
+        return f"daemons: {names}; repository DAEMON.md files {from_repos}"

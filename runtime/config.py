@@ -1,0 +1,238 @@
+"""Config sections owned by the runtime: database, model, agents, workspace, reporting, worker.
+
+These are boundary models (frozen pydantic, unknown keys rejected). The composing ``AppConfig``
+and the loader (``${VAR}`` substitution, translation of errors into ``ConfigError``) live in
+``adapters/config.py``; routing's sections live in ``routing/config.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+)
+
+SourceOf = Callable[[str], str]
+"""Given a dotted config path, names where its value comes from: an env var, else the path."""
+
+
+class ConfigSection(BaseModel):
+    """Base of every config model: immutable once loaded, and a misspelt key is an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def blank_to_none(value: object) -> object:
+    """An empty string means "not set", so a secret from an unset variable disables its user."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+def split_names(value: object) -> object:
+    """Lists may also be written as one comma-separated string, which is how env vars carry them."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, for logs, repr and ``describe``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+Secret = Annotated[SecretStr | None, BeforeValidator(blank_to_none)]
+OptionalText = Annotated[str | None, BeforeValidator(blank_to_none)]
+Names = Annotated[tuple[str, ...], BeforeValidator(split_names)]
+Key = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*$", max_length=200)]
+
+AckStyle = Literal["reaction", "reply"]
+
+DEFAULT_MAILBOX_TEMPLATE = "<mailbox_update>\n{text}\n</mailbox_update>"
+DEFAULT_INSTRUCTIONS = (
+    "You are Keel, an engineering agent working in a checkout of the task's repository. "
+    "Do the requested work, prove it with tool results (tests, commits, pull requests, CI), "
+    "and say plainly what you could not verify."
+)
+DEFAULT_AGENT_TOOLS: tuple[str, ...] = (
+    "read_file",
+    "list_files",
+    "write_file",
+    "apply_patch",
+    "run_command",
+    "git_commit",
+    "git_push",
+    "open_pull_request",
+    "wait_for_ci",
+    "comment_on_issue",
+    "delegate",
+    "wait_for_task",
+    "post_update",
+)
+
+
+class DatabaseConfig(ConfigSection):
+    url: str = "sqlite:///./keel.db"
+    pool_size: int = Field(default=5, ge=1)
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _known_backend(cls, url: str) -> str:
+        # Only the scheme is quoted back: the rest of a database URL may hold a password.
+        scheme = urlsplit(url).scheme
+        if scheme.partition("+")[0] not in ("sqlite", "postgresql"):
+            raise ValueError(
+                f"unsupported scheme {scheme!r}; use sqlite:///PATH or postgresql+psycopg://..."
+            )
+        return url
+
+    @property
+    def backend(self) -> Literal["sqlite", "postgresql"]:
+        return "sqlite" if self.url.startswith("sqlite") else "postgresql"
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "url" else value
+
+    def describe(self, source: SourceOf) -> str:
+        return f"database: {self.backend} {redact_url(self.url)}"
+
+
+class ModelConfig(ConfigSection):
+    provider: Literal["openai", "scripted"] = "scripted"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    api_key: Secret = None
+    timeout_s: float = Field(default=60, gt=0)
+    script: Annotated[Path | None, BeforeValidator(blank_to_none)] = None
+
+    def describe(self, source: SourceOf) -> str:
+        match self.provider:
+            case "scripted":
+                script = f"script {self.script}" if self.script else "no script configured"
+                return f"model: scripted ({script})"
+            case "openai":
+                key = "api key set" if self.api_key else f"{source('model.api_key')} not set"
+                return f"model: openai {self.model} at {redact_url(self.base_url)} ({key})"
+
+
+class AgentLimits(ConfigSection):
+    max_turns: int = Field(default=30, ge=1)
+    max_tool_calls: int = Field(default=100, ge=0)
+    max_wall_seconds: float = Field(default=3600, gt=0)
+    max_delegation_depth: int = Field(default=2, ge=0)
+    fanout: int = Field(default=4, ge=1)
+    tool_deadline_s: float = Field(default=900, gt=0)
+
+
+def _has_text_placeholder(template: str) -> str:
+    if "{text}" not in template:
+        raise ValueError("must contain the {text} placeholder")
+    return template
+
+
+class AgentConfig(ConfigSection):
+    instructions: str = DEFAULT_INSTRUCTIONS
+    tools: Names = DEFAULT_AGENT_TOOLS
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    mailbox_template: Annotated[str, AfterValidator(_has_text_placeholder)] = (
+        DEFAULT_MAILBOX_TEMPLATE
+    )
+    allow_network: bool = False
+    allow_protected_push: bool = False
+
+
+def _default_agent_when_empty(agents: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
+    return agents or {"default": AgentConfig()}
+
+
+Agents = Annotated[
+    dict[Key, AgentConfig],
+    AfterValidator(_default_agent_when_empty),
+]
+
+
+def default_agents() -> dict[str, AgentConfig]:
+    return {"default": AgentConfig()}
+
+
+def describe_agents(agents: dict[str, AgentConfig]) -> str:
+    listed = ", ".join(
+        f"{name} ({len(agent.tools)} tools, max {agent.limits.max_turns} turns)"
+        for name, agent in agents.items()
+    )
+    return f"agents: {listed}"
+
+
+class RepositoryConfig(ConfigSection):
+    url: str = Field(min_length=1)
+    ref: str = "main"
+    token: Secret = None
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "url" else value
+
+
+class WorkspaceConfig(ConfigSection):
+    root: Path = Path("./.keel/workspaces")
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    repositories: dict[Key, RepositoryConfig] = Field(default_factory=dict)
+
+    def describe(self, source: SourceOf) -> str:
+        repos = ", ".join(self.repositories) or "none configured"
+        return f"workspace: {self.root}, sandbox {self.sandbox}, repositories: {repos}"
+
+
+class FallbackConfig(ConfigSection):
+    surface: Literal["slack", "github"]
+    thread_ref: str = Field(min_length=1)
+
+
+class ReportingConfig(ConfigSection):
+    ack: AckStyle = "reaction"
+    ack_emoji: str = "eyes"
+    progress: bool = True
+    progress_min_interval_s: float = Field(default=3, ge=0)
+    fallback: FallbackConfig | None = None
+
+    def describe(self, source: SourceOf) -> str:
+        ack = f"reaction :{self.ack_emoji}:" if self.ack == "reaction" else "reply"
+        progress = (
+            f"progress edits at most every {self.progress_min_interval_s:g}s"
+            if self.progress
+            else "no progress message"
+        )
+        fallback = (
+            f"fallback {self.fallback.surface} {self.fallback.thread_ref}"
+            if self.fallback
+            else "no fallback"
+        )
+        return f"reporting: ack by {ack}, {progress}, {fallback}"
+
+
+class WorkerConfig(ConfigSection):
+    concurrency: int = Field(default=4, ge=1)
+    lease_seconds: float = Field(default=30, gt=0)
+    poll_interval_s: float = Field(default=1.0, gt=0)
+
+    def describe(self, source: SourceOf) -> str:
+        return (
+            f"worker: concurrency {self.concurrency}, lease {self.lease_seconds:g}s, "
+            f"poll every {self.poll_interval_s:g}s"
+        )

@@ -1,0 +1,419 @@
+"""app.yaml, ${VAR} substitution, error paths, derived enablement and secret hygiene."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from adapters.config import AppConfig, build_config, describe, load_config
+from runtime.errors import ConfigError
+
+APP_YAML = Path(__file__).resolve().parents[2] / "app.yaml"
+
+SECRETS = {
+    "KEEL_ADMIN_TOKEN": "admin-s3cret-1111",
+    "SLACK_BOT_TOKEN": "xoxb-s3cret-2222",
+    "SLACK_SIGNING_SECRET": "signing-s3cret-3333",
+    "GITHUB_TOKEN": "ghp_s3cret4444",
+    "GITHUB_WEBHOOK_SECRET": "webhook-s3cret-5555",
+    "OPENAI_API_KEY": "sk-s3cret-6666",
+}
+DATABASE_PASSWORD = "dbpass-s3cret-7777"
+FULL_ENV = {
+    **SECRETS,
+    "KEEL_DATABASE_URL": f"postgresql+psycopg://keel:{DATABASE_PASSWORD}@127.0.0.1:5432/keel",
+    "SLACK_API_URL": "http://127.0.0.1:8801/api",
+    "GITHUB_API_URL": "http://127.0.0.1:8802",
+    "OPENAI_BASE_URL": "http://127.0.0.1:8803/v1",
+    "KEEL_MODEL": "llama3.1",
+    "KEEL_MODEL_PROVIDER": "openai",
+    "SLACK_ALLOWED_CHANNELS": "C111, C222",
+}
+
+
+def problems_of(tree: Any, env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as raised:
+        build_config(tree, env or {})
+    return str(raised.value).splitlines()
+
+
+def make_daemon(**overrides: Any) -> dict[str, Any]:
+    return {"id": "ci", "purpose": "fix CI", "watch": [{"provider": "github"}], **overrides}
+
+
+def roles(*daemons: dict[str, Any]) -> dict[str, Any]:
+    return {"daemons": {"roles": list(daemons)}}
+
+
+def write_yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "app.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_app_yaml_disables_surfaces_when_env_is_empty() -> None:
+    config = load_config(APP_YAML, {})
+
+    assert not config.slack.enabled
+    assert not config.github.enabled
+    assert config.github.auth is None
+    assert config.database.url == "sqlite:///./keel.db"
+    assert config.slack.api_url == "https://slack.com/api/"
+    assert config.github.api_url == "https://api.github.com"
+    assert (config.model.provider, config.model.model) == ("scripted", "gpt-4o-mini")
+    assert config.server.admin_token is None
+    lines = describe(config)
+    assert "slack: disabled (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET not set)" in lines
+    github_line = next(line for line in lines if line.startswith("github:"))
+    assert "disabled" in github_line
+    assert "GITHUB_WEBHOOK_SECRET not set" in github_line
+    assert "GITHUB_TOKEN not set" in github_line
+
+
+def test_app_yaml_enables_surfaces_when_env_is_full() -> None:
+    config = load_config(APP_YAML, FULL_ENV)
+
+    assert config.slack.enabled
+    assert config.github.enabled
+    assert config.github.auth == "token"
+    assert config.slack.api_url == "http://127.0.0.1:8801/api/"
+    assert config.slack.allowed_channels == ("C111", "C222")
+    assert config.github.api_url == "http://127.0.0.1:8802"
+    assert config.model.provider == "openai"
+    assert config.model.base_url == "http://127.0.0.1:8803/v1"
+    assert config.model.model == "llama3.1"
+    assert config.model.api_key is not None
+    assert config.model.api_key.get_secret_value() == SECRETS["OPENAI_API_KEY"]
+    lines = describe(config)
+    assert any(line.startswith("slack: enabled") for line in lines)
+    assert any(line.startswith("github: enabled (token auth") for line in lines)
+    assert any(line.startswith("model: openai llama3.1") for line in lines)
+
+
+def test_every_section_has_defaults_when_config_is_empty() -> None:
+    config = build_config({}, {})
+
+    assert config == AppConfig()
+    assert list(config.agents) == ["default"]
+    assert config.agents["default"].limits.max_turns == 30
+    assert config.agents["default"].mailbox_template == (
+        "<mailbox_update>\n{text}\n</mailbox_update>"
+    )
+    assert config.routing.stop_words == ("stop", "cancel")
+    assert (config.worker.concurrency, config.worker.lease_seconds) == (4, 30)
+    assert config.server.body_limit_bytes == 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("tree", "expected"),
+    [
+        ({"slak": {}}, "slak: unknown key"),
+        ({"slack": {"signing_secert": "x"}}, "slack.signing_secert: unknown key"),
+        ({"github": {"app": {"app_idd": 1}}}, "github.app.app_idd: unknown key"),
+        (
+            {"agents": {"default": {"limits": {"max_turnz": 3}}}},
+            "agents.default.limits.max_turnz: unknown key",
+        ),
+        (
+            roles(make_daemon(), make_daemon(id="ci2", watch=[{"provider": "github", "knd": 1}])),
+            "daemons.roles[1].watch[0].knd: unknown key",
+        ),
+        (
+            {"workspace": {"repositories": {"acme/w": {"url": "/srv/w", "reff": "main"}}}},
+            "workspace.repositories.acme/w.reff: unknown key",
+        ),
+        ({"slack": {"enabled": True}}, "slack.enabled: unknown key"),
+    ],
+)
+def test_unknown_key_names_its_dotted_path_when_misspelt_at_any_depth(
+    tree: dict[str, Any], expected: str
+) -> None:
+    assert problems_of(tree) == [expected]
+
+
+def test_unknown_key_names_its_path_when_loaded_from_a_file(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "slack:\n  bot_token: x\n  signing_secert: y\n")
+
+    with pytest.raises(ConfigError, match=r"^slack\.signing_secert: unknown key$"):
+        load_config(path, {})
+
+
+@pytest.mark.parametrize(
+    ("tree", "key"),
+    [
+        ({"server": {"port": "eighty"}}, "server.port"),
+        ({"worker": {"concurrency": [1]}}, "worker.concurrency"),
+        ({"reporting": {"ack": "wave"}}, "reporting.ack"),
+        ({"model": {"provider": "anthropic"}}, "model.provider"),
+        ({"github": {"min_permission": "owner"}}, "github.min_permission"),
+        ({"routing": {"join_thread_replies": "perhaps"}}, "routing.join_thread_replies"),
+        ({"agents": {"a": {"limits": {"fanout": 0}}}}, "agents.a.limits.fanout"),
+        ({"agents": {"a": {"mailbox_template": "no placeholder"}}}, "agents.a.mailbox_template"),
+        ({"slack": "on"}, "slack"),
+        ({"database": {"url": "mysql://127.0.0.1/keel"}}, "database.url"),
+    ],
+)
+def test_wrong_value_names_the_key_when_type_or_choice_is_invalid(
+    tree: dict[str, Any], key: str
+) -> None:
+    (line,) = problems_of(tree)
+
+    assert line.startswith(f"{key}: ")
+
+
+def test_every_problem_gets_its_own_line_when_there_are_several() -> None:
+    lines = problems_of({"server": {"port": "x", "hots": "127.0.0.1"}, "worker": {"lease": 1}})
+
+    assert sorted(lines) == [
+        "server.hots: unknown key",
+        "server.port: Input should be a valid integer, unable to parse string as an integer",
+        "worker.lease: unknown key",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, 9000),
+        ({"KEEL_PORT": ""}, 9000),
+        ({"KEEL_PORT": "9100"}, 9100),
+    ],
+)
+def test_default_is_used_when_variable_is_unset_or_empty(
+    env: dict[str, str], expected: int
+) -> None:
+    config = build_config({"server": {"port": "${KEEL_PORT:-9000}"}}, env)
+
+    assert config.server.port == expected
+
+
+def test_variable_is_substituted_when_embedded_in_a_string() -> None:
+    tree = {"server": {"public_url": "http://${HOST}:${PORT:-80}/keel"}}
+
+    config = build_config(tree, {"HOST": "127.0.0.1"})
+
+    assert config.server.public_url == "http://127.0.0.1:80/keel"
+
+
+def test_reference_is_literal_when_escaped_with_double_dollar() -> None:
+    config = build_config({"routing": {"new_task_prefix": "$${NEW}"}}, {"NEW": "x"})
+
+    assert config.routing.new_task_prefix == "${NEW}"
+
+
+def test_key_takes_its_default_when_variable_is_missing() -> None:
+    tree = {"github": {"bot_login": "${BOT}", "token": "${GITHUB_TOKEN}"}, "model": {"script": ""}}
+
+    config = build_config(tree, {})
+
+    assert config.github.bot_login == "keel-bot"
+    assert config.github.token is None
+    assert config.model.script is None
+
+
+def test_required_key_names_the_variable_when_it_is_missing() -> None:
+    tree = {"workspace": {"repositories": {"demo": {"url": "${DEMO_REPO_URL}"}}}}
+
+    assert problems_of(tree) == [
+        "workspace.repositories.demo.url: required; DEMO_REPO_URL is not set"
+    ]
+
+
+def test_database_url_comes_from_env_when_keel_database_url_is_set(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "database:\n  url: sqlite:///./other.db\n  echo: true\n")
+
+    config = load_config(path, {"KEEL_DATABASE_URL": FULL_ENV["KEEL_DATABASE_URL"]})
+
+    assert config.database.url == FULL_ENV["KEEL_DATABASE_URL"]
+    assert config.database.backend == "postgresql"
+    assert config.database.echo is True
+    assert load_config(path, {}).database.url == "sqlite:///./other.db"
+
+
+def test_secrets_are_hidden_when_config_is_printed_or_described() -> None:
+    config = load_config(APP_YAML, FULL_ENV)
+    shown = "\n".join([repr(config), str(config), *describe(config)])
+
+    for secret in [*SECRETS.values(), DATABASE_PASSWORD]:
+        assert secret not in shown
+    assert "keel:***@127.0.0.1:5432/keel" in shown
+
+
+def test_secrets_are_absent_from_errors_when_config_is_invalid(tmp_path: Path) -> None:
+    text = APP_YAML.read_text(encoding="utf-8") + "extra_section: {}\n"
+    text = text.replace("port: ${KEEL_PORT:-8080}", "port: ${SLACK_BOT_TOKEN}")
+    path = write_yaml(tmp_path, text)
+
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, FULL_ENV)
+
+    shown = "".join(traceback.format_exception(raised.value))
+    assert "extra_section: unknown key" in shown
+    assert "server.port: " in shown
+    for secret in [*SECRETS.values(), DATABASE_PASSWORD]:
+        assert secret not in shown
+
+
+def test_agent_named_default_exists_when_agents_section_is_empty(tmp_path: Path) -> None:
+    config = load_config(write_yaml(tmp_path, "agents:\n"), {})
+
+    assert list(config.agents) == ["default"]
+    assert "run_command" in config.agents["default"].tools
+
+
+def test_configured_agents_replace_the_default_when_listed() -> None:
+    tree = {"agents": {"reviewer": {"tools": "read_file, list_files", "limits": {"fanout": 2}}}}
+
+    config = build_config(tree, {})
+
+    assert list(config.agents) == ["reviewer"]
+    assert config.agents["reviewer"].tools == ("read_file", "list_files")
+    assert config.agents["reviewer"].limits.fanout == 2
+    assert config.agents["reviewer"].limits.max_turns == 30
+
+
+def test_github_uses_app_auth_when_app_credentials_are_complete() -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\\nMIIB\\n-----END RSA PRIVATE KEY-----"
+    tree = {
+        "github": {
+            "webhook_secret": "${GITHUB_WEBHOOK_SECRET}",
+            "app": {"app_id": "${APP_ID}", "private_key": "${PEM}", "installation_id": 7},
+        }
+    }
+
+    config = build_config(tree, {"GITHUB_WEBHOOK_SECRET": "w", "APP_ID": "42", "PEM": pem})
+
+    assert (config.github.auth, config.github.enabled) == ("app", True)
+    assert config.github.app.app_id == 42
+    assert config.github.app.private_key is not None
+    assert "\nMIIB\n" in config.github.app.private_key.get_secret_value()
+
+
+def test_github_is_disabled_with_reasons_when_app_credentials_are_partial() -> None:
+    tree = {
+        "github": {
+            "webhook_secret": "w",
+            "app": {"app_id": 42, "private_key": "${GITHUB_APP_PRIVATE_KEY}"},
+        }
+    }
+
+    config = build_config(tree, {})
+
+    assert not config.github.enabled
+    (line,) = [line for line in describe(config) if line.startswith("github:")]
+    assert "GITHUB_APP_PRIVATE_KEY" in line
+    assert "github.app.installation_id" in line
+    assert "webhook" not in line
+
+
+def test_github_is_rejected_when_token_and_app_are_both_set() -> None:
+    tree = {
+        "github": {"token": "t", "app": {"app_id": 1, "private_key": "k", "installation_id": 2}}
+    }
+
+    (line,) = problems_of(tree)
+
+    assert line.startswith("github: both token and app are set")
+
+
+def test_slack_is_disabled_naming_only_the_missing_secret_when_one_is_set() -> None:
+    tree = {
+        "slack": {"bot_token": "${SLACK_BOT_TOKEN}", "signing_secret": "${SLACK_SIGNING_SECRET}"}
+    }
+
+    config = build_config(tree, {"SLACK_BOT_TOKEN": "xoxb-1"})
+
+    assert not config.slack.enabled
+    assert "slack: disabled (SLACK_SIGNING_SECRET not set)" in describe(config)
+
+
+def test_describe_warns_when_bound_beyond_loopback_without_admin_token() -> None:
+    tree = {"server": {"host": "0.0.0.0", "admin_token": "${KEEL_ADMIN_TOKEN}"}}
+
+    config = build_config(tree, {})
+
+    assert not config.server.is_loopback
+    (line,) = [line for line in describe(config) if line.startswith("server:")]
+    assert "refuse every request (KEEL_ADMIN_TOKEN not set" in line
+    assert build_config({}, {}).server.is_loopback
+
+
+def test_daemons_validate_when_fully_specified() -> None:
+    rule = {"provider": "github", "kind": "check_run", "branch": "main", "conclusion": "failure"}
+    daemon = make_daemon(id="ci-doctor", watch=[rule], deny=["git_push"])
+    tree = {"daemons": {"repo_daemons": True, "roles": [daemon]}}
+
+    config = build_config(tree, {})
+
+    (role,) = config.daemons.roles
+    assert (role.agent, role.watch[0].conclusion, role.deny) == (
+        "default",
+        "failure",
+        ("git_push",),
+    )
+    assert config.daemons.repo_daemons
+
+
+@pytest.mark.parametrize(
+    ("tree", "expected"),
+    [
+        (
+            roles(make_daemon(agent="ghost")),
+            "daemons.roles[0].agent: unknown agent 'ghost' (agents: default)",
+        ),
+        (
+            {"routing": {"default_repo": "acme/w"}},
+            "routing.default_repo: unknown repository 'acme/w' (workspace.repositories: none)",
+        ),
+        (
+            {
+                "routing": {"channel_repos": {"C1": "nope"}},
+                "workspace": {"repositories": {"acme/w": {"url": "/srv/w"}}},
+            },
+            "routing.channel_repos.C1: unknown repository 'nope' (workspace.repositories: acme/w)",
+        ),
+        (roles(make_daemon(), make_daemon()), "daemons: duplicate daemon id ci in roles"),
+        (roles(make_daemon(watch=[])), "daemons.roles[0].watch: must list at least one rule"),
+        (
+            roles(make_daemon(watch=[{"provider": "github", "pattern": "("}])),
+            "daemons.roles[0].watch[0].pattern: invalid regular expression: "
+            "missing ), unterminated subpattern",
+        ),
+    ],
+)
+def test_daemon_or_reference_is_rejected_when_invalid_or_naming_nothing_configured(
+    tree: dict[str, Any], expected: str
+) -> None:
+    assert problems_of(tree) == [expected]
+
+
+def test_yaml_problem_names_the_line_when_a_key_is_repeated(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "slack:\n  bot_token: a\n  bot_token: b\n")
+
+    with pytest.raises(
+        ConfigError, match=r"app\.yaml:3:3: invalid YAML: duplicate key 'bot_token'"
+    ):
+        load_config(path, {})
+
+
+def test_yaml_problem_names_the_position_when_syntax_is_broken(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "slack:\n  bot_token: [unclosed\n")
+
+    with pytest.raises(ConfigError, match=r"app\.yaml:\d+:\d+: invalid YAML"):
+        load_config(path, {})
+
+
+def test_config_error_is_raised_when_the_file_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml", {})
+
+
+def test_config_is_immutable_when_loaded() -> None:
+    config = load_config(APP_YAML, {})
+
+    with pytest.raises(pydantic.ValidationError):
+        config.server.port = 1  # type: ignore[misc]

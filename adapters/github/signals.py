@@ -1,0 +1,488 @@
+"""GitHub webhook deliveries → Signals. Pure: no I/O, no clock, never raises.
+
+Only the fields Keel reads are modelled; a payload whose fields do not fit is acknowledged and
+dropped as `unsupported` with the reason. The actor's repository permission is left unknown
+here: the adapter enriches it afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from routing.signal import (
+    Actor,
+    Ignored,
+    Signal,
+    SignalKind,
+    find_links,
+    frozen_detail,
+    parse_command,
+)
+
+# Both go into thread refs, so they must have exactly the shape GitHub gives them.
+FullName = Annotated[str, StringConstraints(pattern=r"^[\w.-]+/[\w.-]+$")]
+Number = Annotated[int, Field(gt=0)]
+CommitSha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
+
+_CI_EVENTS = frozenset({"check_run", "check_suite", "workflow_run"})
+
+
+@dataclass(frozen=True, slots=True)
+class GitHubIdentity:
+    """Who "we" are on GitHub: the login we comment as and, for App auth, the App id."""
+
+    bot_login: str
+    app_id: int | None = None
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _User(_Payload):
+    login: str
+    id: int
+    type: str = "User"
+
+
+class _App(_Payload):
+    id: int | None = None
+    name: str | None = None
+
+
+class _Label(_Payload):
+    name: str
+
+
+class _Repository(_Payload):
+    full_name: FullName
+
+
+class _Installation(_Payload):
+    id: int
+
+
+class _Common(_Payload):
+    action: str | None = None
+    sender: _User
+    repository: _Repository
+    installation: _Installation | None = None
+
+
+class _Issue(_Payload):
+    number: Number
+    title: str
+    body: str | None = None
+    state: str | None = None
+    html_url: str | None = None
+    labels: tuple[_Label, ...] = ()
+    pull_request: dict[str, Any] | None = None
+    performed_via_github_app: _App | None = None
+
+
+class _Comment(_Payload):
+    id: int
+    body: str | None = None
+    html_url: str | None = None
+    author_association: str | None = None
+    performed_via_github_app: _App | None = None
+
+
+class _ReviewComment(_Comment):
+    path: str | None = None
+    commit_id: str | None = None
+
+
+class _Ref(_Payload):
+    ref: str
+    sha: str
+
+
+class _PullRequest(_Payload):
+    number: Number
+    title: str
+    body: str | None = None
+    html_url: str | None = None
+    draft: bool | None = None
+    labels: tuple[_Label, ...] = ()
+    head: _Ref
+    base: _Ref
+
+
+class _PullRef(_Payload):
+    number: Number
+
+
+class _CheckSuiteRef(_Payload):
+    head_branch: str | None = None
+
+
+class _CheckRun(_Payload):
+    id: int
+    name: str
+    head_sha: CommitSha
+    conclusion: str | None = None
+    html_url: str | None = None
+    app: _App | None = None
+    check_suite: _CheckSuiteRef | None = None
+    pull_requests: tuple[_PullRef, ...] = ()
+
+
+class _CheckSuite(_Payload):
+    id: int
+    head_sha: CommitSha
+    head_branch: str | None = None
+    conclusion: str | None = None
+    html_url: str | None = None  # absent from check_suite payloads; kept for a uniform detail
+    app: _App | None = None
+    pull_requests: tuple[_PullRef, ...] = ()
+
+
+class _WorkflowRun(_Payload):
+    id: int
+    name: str | None = None
+    head_sha: CommitSha
+    head_branch: str | None = None
+    conclusion: str | None = None
+    html_url: str | None = None
+    event: str | None = None
+    pull_requests: tuple[_PullRef, ...] = ()
+
+
+class _IssueCommentEvent(_Common):
+    issue: _Issue
+    comment: _Comment
+
+
+class _IssuesEvent(_Common):
+    issue: _Issue
+
+
+class _ReviewCommentEvent(_Common):
+    pull_request: _PullRef
+    comment: _ReviewComment
+
+
+class _PullRequestEvent(_Common):
+    pull_request: _PullRequest
+
+
+class _CheckRunEvent(_Common):
+    check_run: _CheckRun
+
+
+class _CheckSuiteEvent(_Common):
+    check_suite: _CheckSuite
+
+
+class _WorkflowRunEvent(_Common):
+    workflow_run: _WorkflowRun
+
+
+_M = TypeVar("_M", bound=_Payload)
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    event: str
+    delivery_id: str
+    identity: GitHubIdentity
+    received_at: datetime
+    trigger: re.Pattern[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Said:
+    """What a comment, issue or pull request says, once the trigger is accounted for."""
+
+    text: str
+    addressed: bool
+    command_text: str
+
+
+def signal_from_github(
+    event: str,
+    delivery_id: str,
+    payload: Mapping[str, Any],
+    identity: GitHubIdentity,
+    *,
+    received_at: datetime,
+    trigger: str = "@keel",
+) -> Signal | Ignored:
+    """Translate one webhook delivery (X-GitHub-Event, X-GitHub-Delivery, body) or say why not."""
+    if not delivery_id:
+        return Ignored("unsupported", "no delivery id")
+    delivery = _Delivery(event, delivery_id, identity, received_at, _trigger_pattern(trigger))
+    action = payload.get("action") if isinstance(payload, Mapping) else None
+    match event, action:
+        case "ping", _:
+            return Ignored("unsupported", "ping")
+        case "issue_comment" | "issues" | "pull_request" | "pull_request_review_comment", "edited":
+            return Ignored("edited", f"{event}.edited")
+        case "issue_comment", "created":
+            return _issue_comment(payload, delivery)
+        case "issues", "opened":
+            return _issue_opened(payload, delivery)
+        case "pull_request_review_comment", "created":
+            return _review_comment(payload, delivery)
+        case "pull_request", "opened":
+            return _pr_opened(payload, delivery)
+        case ci, "completed" if ci in _CI_EVENTS:
+            return _ci_result(payload, delivery)
+        case _:
+            return Ignored("unsupported", f"{event}.{action}" if action else event)
+
+
+def _issue_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    parsed = _parse(_IssueCommentEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    issue, comment = parsed.issue, parsed.comment
+    said = _said(comment.body or "", delivery.trigger)
+    actor = _actor(parsed.sender, delivery.identity, comment.performed_via_github_app)
+    return _signal(
+        delivery,
+        parsed,
+        kind="issue_comment",
+        thread_ref=f"github:{parsed.repository.full_name}#{issue.number}",
+        actor=actor,
+        said=said,
+        dedupe_key=f"github:{comment.id}:{parsed.action}",
+        detail=_issue_detail(issue)
+        | {
+            "comment_id": comment.id,
+            "comment_url": comment.html_url,
+            "author_association": comment.author_association,
+        },
+    )
+
+
+def _issue_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    parsed = _parse(_IssuesEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    issue = parsed.issue
+    said = _said(_title_and_body(issue.title, issue.body), delivery.trigger)
+    return _signal(
+        delivery,
+        parsed,
+        kind="issue_opened",
+        thread_ref=f"github:{parsed.repository.full_name}#{issue.number}",
+        actor=_actor(parsed.sender, delivery.identity, issue.performed_via_github_app),
+        said=said,
+        dedupe_key=f"github:delivery:{delivery.delivery_id}",
+        detail=_issue_detail(issue),
+    )
+
+
+def _review_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    parsed = _parse(_ReviewCommentEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    comment = parsed.comment
+    return _signal(
+        delivery,
+        parsed,
+        kind="review_comment",
+        thread_ref=f"github:{parsed.repository.full_name}#{parsed.pull_request.number}",
+        actor=_actor(parsed.sender, delivery.identity, comment.performed_via_github_app),
+        said=_said(comment.body or "", delivery.trigger),
+        # Review comments and issue comments are numbered separately, so the kind is in the key.
+        dedupe_key=f"github:review_comment:{comment.id}:{parsed.action}",
+        detail={
+            "number": parsed.pull_request.number,
+            "is_pull_request": True,
+            "comment_id": comment.id,
+            "comment_url": comment.html_url,
+            "author_association": comment.author_association,
+            "path": comment.path,
+            "commit_id": comment.commit_id,
+        },
+    )
+
+
+def _pr_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    parsed = _parse(_PullRequestEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    pull = parsed.pull_request
+    return _signal(
+        delivery,
+        parsed,
+        kind="pr_opened",
+        thread_ref=f"github:{parsed.repository.full_name}#{pull.number}",
+        actor=_actor(parsed.sender, delivery.identity, None),
+        said=_said(_title_and_body(pull.title, pull.body), delivery.trigger),
+        dedupe_key=f"github:delivery:{delivery.delivery_id}",
+        detail={
+            "number": pull.number,
+            "is_pull_request": True,
+            "title": pull.title,
+            "labels": tuple(label.name for label in pull.labels),
+            "url": pull.html_url,
+            "draft": pull.draft,
+            "head_branch": pull.head.ref,
+            "head_sha": pull.head.sha,
+            "base_branch": pull.base.ref,
+        },
+    )
+
+
+def _ci_result(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    ci = _ci_detail(payload, delivery.event)
+    if isinstance(ci, Ignored):
+        return ci
+    parsed, detail = ci
+    said = _Said(f"{detail['name']}: {detail['conclusion']} on {detail['head_sha']}", False, "")
+    return _signal(
+        delivery,
+        parsed,
+        kind="ci_result",
+        thread_ref=f"github:{parsed.repository.full_name}@{detail['head_sha']}",
+        actor=_actor(parsed.sender, delivery.identity, None),
+        said=said,
+        dedupe_key=f"github:delivery:{delivery.delivery_id}",
+        detail=detail,
+    )
+
+
+def _ci_detail(payload: Mapping[str, Any], event: str) -> tuple[_Common, dict[str, Any]] | Ignored:
+    """The common CI facts of a check run, check suite or workflow run, named alike."""
+    match event:
+        case "check_run":
+            run = _parse(_CheckRunEvent, payload)
+            if isinstance(run, Ignored):
+                return run
+            check = run.check_run
+            branch = check.check_suite.head_branch if check.check_suite else None
+            return run, _ci_facts(check, name=check.name, branch=branch, app=check.app)
+        case "check_suite":
+            suite = _parse(_CheckSuiteEvent, payload)
+            if isinstance(suite, Ignored):
+                return suite
+            found = suite.check_suite
+            name = (found.app.name if found.app else None) or "check_suite"
+            return suite, _ci_facts(found, name=name, branch=found.head_branch, app=found.app)
+        case _:
+            flow = _parse(_WorkflowRunEvent, payload)
+            if isinstance(flow, Ignored):
+                return flow
+            found_run = flow.workflow_run
+            name = found_run.name or "workflow_run"
+            return flow, _ci_facts(found_run, name=name, branch=found_run.head_branch, app=None)
+
+
+def _ci_facts(
+    run: _CheckRun | _CheckSuite | _WorkflowRun, *, name: str, branch: str | None, app: _App | None
+) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "name": name,
+        "conclusion": run.conclusion,
+        "head_sha": run.head_sha,
+        "head_branch": branch,
+        "app_id": app.id if app else None,
+        "url": run.html_url,
+        "pull_requests": tuple(pull.number for pull in run.pull_requests),
+    }
+
+
+def _signal(
+    delivery: _Delivery,
+    common: _Common,
+    *,
+    kind: SignalKind,
+    thread_ref: str,
+    actor: Actor,
+    said: _Said,
+    dedupe_key: str,
+    detail: dict[str, Any],
+) -> Signal:
+    installation = common.installation.id if common.installation else None
+    return Signal(
+        provider="github",
+        delivery_id=delivery.delivery_id,
+        kind=kind,
+        thread_ref=thread_ref,
+        objective_key=thread_ref,
+        actor=actor,
+        text=said.text,
+        addresses_bot=said.addressed,
+        command=parse_command(said.command_text),
+        links=find_links(said.text),
+        received_at=delivery.received_at,
+        dedupe_key=dedupe_key,
+        repo=common.repository.full_name,
+        event_action=common.action,
+        detail=frozen_detail(
+            **{
+                "event": delivery.event,
+                "installation_id": installation,
+                "sender_login": common.sender.login,
+                **detail,
+            }
+        ),
+    )
+
+
+def _actor(sender: _User, identity: GitHubIdentity, via_app: _App | None) -> Actor:
+    is_self = _is_self(sender, identity, (via_app.id,) if via_app else ())
+    return Actor(
+        id=str(sender.id),
+        name=sender.login,
+        is_bot=sender.type == "Bot",
+        is_self=is_self,
+    )
+
+
+def _is_self(sender: _User, identity: GitHubIdentity, via_app_ids: Iterable[int | None]) -> bool:
+    login, ours = sender.login.lower(), identity.bot_login.lower()
+    if login == ours:
+        return True
+    # An App acts as "<slug>[bot]"; configuration may name it with or without the suffix.
+    if sender.type == "Bot" and login in (ours, f"{ours}[bot]", ours.removesuffix("[bot]")):
+        return True
+    return identity.app_id is not None and identity.app_id in via_app_ids
+
+
+def _said(text: str, trigger: re.Pattern[str]) -> _Said:
+    addressed = trigger.search(text) is not None
+    stripped = text.strip()
+    leading = trigger.match(stripped)
+    cleaned = stripped[leading.end() :].strip() if leading else stripped
+    return _Said(cleaned, addressed, trigger.sub(" ", text))
+
+
+def _trigger_pattern(trigger: str) -> re.Pattern[str]:
+    # "@keel" must not match "@keeler" or "foo@keel.dev"; logins are case-insensitive.
+    return re.compile(rf"(?<![\w.-]){re.escape(trigger)}(?![\w-])", re.IGNORECASE)
+
+
+def _title_and_body(title: str, body: str | None) -> str:
+    return f"{title}\n\n{body}" if body else title
+
+
+def _issue_detail(issue: _Issue) -> dict[str, Any]:
+    return {
+        "number": issue.number,
+        "is_pull_request": issue.pull_request is not None,
+        "title": issue.title,
+        "labels": tuple(label.name for label in issue.labels),
+        "state": issue.state,
+        "url": issue.html_url,
+    }
+
+
+def _parse(model: type[_M], payload: Mapping[str, Any]) -> _M | Ignored:
+    try:
+        return model.model_validate(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or model.__name__
+        return Ignored("unsupported", f"{where}: {first['msg']}")

@@ -1,0 +1,38 @@
+"""Devbox tools: what an agent does inside its workspace (files, commands, git).
+
+Every tool reads its workspace from ``ToolContext.workspace`` (filled by the executor from
+``runtime.workspace.Workspaces.ensure``) and refuses a call that has none.
+"""
+
+from runtime.tools.base import Tool
+from runtime.tools.devbox.command import RunCommand
+from runtime.tools.devbox.files import ApplyPatch, ListFiles, ReadFile, WriteFile
+from runtime.tools.devbox.gittools import GitCommit, GitPush
+from runtime.workspace.sandbox import Sandbox
+
+
+def devbox_tools(
+    sandbox: Sandbox | None = None, *, allow_protected: bool = False, token: str | None = None
+) -> list[Tool]:
+    """The full devbox tool set for one agent; ``token`` authenticates HTTPS pushes."""
+    return [
+        ReadFile(),
+        ListFiles(),
+        WriteFile(),
+        ApplyPatch(),
+        RunCommand(sandbox),
+        GitCommit(),
+        GitPush(allow_protected=allow_protected, token=token),
+    ]
+
+
+__all__ = [
+    "ApplyPatch",
+    "GitCommit",
+    "GitPush",
+    "ListFiles",
+    "ReadFile",
+    "RunCommand",
+    "WriteFile",
+    "devbox_tools",
+]

@@ -1,0 +1,161 @@
+"""The run_command tool: a detached, sandboxed shell command observed through a stable handle.
+
+The handle is the execution id derived from the call id, so a worker that recovers the call
+polls the same execution instead of starting a second one; ``start`` on an execution that
+already exists starts nothing. What the model sees is bounded (head and tail of each
+stream); the full logs stay in the execution folder. A command recognised as a test run
+yields ``test_run`` evidence with the counts its runner printed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from runtime.evidence import EvidenceItem, Strength
+from runtime.testreport import (
+    TestCounts,
+    junit_xml_path,
+    looks_like_test_command,
+    parse_junit_xml,
+    parse_test_output,
+)
+from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
+from runtime.tools.devbox.calls import ToolArgs, prepare, refused, schema, workspace_of
+from runtime.workspace.commands import (
+    CommandRun,
+    Finished,
+    Running,
+    check,
+    execution_id,
+    launch,
+    read_bounded,
+    read_meta,
+)
+from runtime.workspace.paths import PathRefused, resolve_inside
+from runtime.workspace.sandbox import Sandbox
+
+_HANDLE = re.compile(r"^[0-9a-f]{16}$")
+
+
+class RunCommandArgs(ToolArgs):
+    command: str = Field(min_length=1, description="a bash command, run in the workspace root")
+    timeout_s: int = Field(600, ge=1, le=86_400, description="wall-clock limit in seconds")
+
+
+class RunCommand:
+    name = "run_command"
+    description = (
+        "Run a shell command in the workspace (sandboxed; no network unless allowed) and "
+        "return its exit code and the head and tail of its output."
+    )
+    parameters = schema(RunCommandArgs)
+    effect: Effect = "wait"
+
+    def __init__(self, sandbox: Sandbox | None = None, *, output_limit: int = 4096) -> None:
+        self.sandbox = sandbox or Sandbox()
+        self.output_limit = output_limit
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        prepared = prepare(RunCommandArgs, args, ctx)
+        if isinstance(prepared, Completed):
+            return prepared
+        parsed, ws = prepared
+        run = CommandRun(ws, execution_id(ctx.call_id))
+        await launch(run, parsed.command, parsed.timeout_s, self.sandbox)
+        return Started(handle=run.exec_id)
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
+        ws = workspace_of(ctx)
+        if isinstance(ws, Completed):
+            return ws
+        run = CommandRun(ws, handle)
+        if not _HANDLE.fullmatch(handle) or not run.exists():
+            return refused(f"no command execution {handle!r} in this workspace")
+        match check(run):
+            case Running(elapsed_s=elapsed):
+                return Pending(detail=f"running for {elapsed:.0f}s")
+            case Finished() as finished:
+                return self._report(run, finished)
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        return Unknown("run_command is a wait tool: recovery polls its handle")
+
+    def _report(self, run: CommandRun, finished: Finished) -> Completed:
+        meta = read_meta(run)
+        command = meta.command if meta else "(unrecorded command)"
+        output = "\n".join(
+            [
+                f"$ {command}",
+                verdict(finished, meta.timeout_s if meta else 0),
+                self._stream(run, "stdout"),
+                self._stream(run, "stderr"),
+            ]
+        )
+        evidence = test_evidence(run, command, finished)
+        return Completed(
+            output=output,
+            is_error=finished.outcome != "exited",
+            evidence=(evidence,) if evidence else (),
+        )
+
+    def _stream(self, run: CommandRun, stream: Literal["stdout", "stderr"]) -> str:
+        path = run.log_path(stream)
+        body = read_bounded(path, self.output_limit)
+        if not body:
+            return f"--- {stream}: empty"
+        return f"--- {stream} (full log: {path.relative_to(run.workspace)}) ---\n{body}"
+
+
+def verdict(finished: Finished, timeout_s: float) -> str:
+    match finished.outcome:
+        case "exited":
+            return f"exit code {finished.exit_code} after {finished.duration_s:.1f}s"
+        case "timed_out":
+            return f"timed out after {timeout_s:.0f}s; its process group was killed"
+        case "lost":
+            return "the process ended without recording an exit code (killed outside Keel?)"
+
+
+def test_evidence(run: CommandRun, command: str, finished: Finished) -> EvidenceItem | None:
+    counts = junit_counts(run.workspace, command) or parse_test_output(
+        read_bounded(run.log_path("stdout"), 64 * 1024)
+    )
+    if counts is None and not looks_like_test_command(command):
+        return None
+    detail: dict[str, Any] = {
+        "command": command,
+        "exit_code": finished.exit_code,
+        "outcome": finished.outcome,
+        "duration_s": finished.duration_s,
+        "log": str(run.log_path("stdout").relative_to(run.workspace)),
+    }
+    detail |= _counts(counts)
+    return EvidenceItem(
+        kind="test_run", ref=run.exec_id, strength=Strength.tool_reported, detail=detail
+    )
+
+
+def _counts(counts: TestCounts | None) -> dict[str, Any]:
+    if counts is None:
+        return {"passed": None, "failed": None, "errors": None, "skipped": None}
+    return {
+        "passed": counts.passed,
+        "failed": counts.failed,
+        "errors": counts.errors,
+        "skipped": counts.skipped,
+        "report": counts.source,
+    }
+
+
+def junit_counts(ws: Path, command: str) -> TestCounts | None:
+    report = junit_xml_path(command)
+    if report is None:
+        return None
+    try:
+        return parse_junit_xml(resolve_inside(ws, report).read_text(errors="replace"))
+    except (PathRefused, OSError):
+        return None

@@ -1,0 +1,171 @@
+"""Devbox git tools: git_commit and git_push, both writes that can be reconciled.
+
+A commit carries a ``Keel-Call: <call id>`` trailer, so recovery finds it in the history
+instead of committing twice. A push never forces, refuses protected branches (the remote's
+default, main, master) unless allowed, and is read back with ``ls-remote``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from runtime.evidence import EvidenceItem, Strength
+from runtime.tools.base import Completed, Effect, Started, ToolContext, Unknown
+from runtime.tools.devbox.calls import ToolArgs, prepare, refused, schema
+from runtime.workspace.git import IDENTITY, git, uses_https
+
+TRAILER = "Keel-Call"
+ALWAYS_PROTECTED = frozenset({"main", "master"})
+
+
+class CommitArgs(ToolArgs):
+    message: str = Field(min_length=1, description="the commit message")
+
+
+class PushArgs(ToolArgs):
+    branch: str = Field(min_length=1, description="remote branch to push the current HEAD to")
+
+
+async def head(ws: Path) -> tuple[str, str]:
+    """(sha, branch) of HEAD; the branch is ``HEAD`` when detached."""
+    sha = await git(["rev-parse", "HEAD"], cwd=ws)
+    branch = await git(["symbolic-ref", "--short", "-q", "HEAD"], cwd=ws)
+    return sha.stdout.strip(), branch.stdout.strip() or "HEAD"
+
+
+def commit_evidence(sha: str, branch: str) -> EvidenceItem:
+    return EvidenceItem(
+        kind="commit",
+        ref=sha,
+        strength=Strength.tool_reported,
+        detail={"sha": sha, "branch": branch},
+    )
+
+
+class GitCommit:
+    name = "git_commit"
+    description = "Commit every change in the workspace (new, modified and deleted files)."
+    parameters = schema(CommitArgs)
+    effect: Effect = "write"
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        prepared = prepare(CommitArgs, args, ctx)
+        if isinstance(prepared, Completed):
+            return prepared
+        parsed, ws = prepared
+        await git(["add", "--all"], cwd=ws)
+        if (await git(["diff", "--cached", "--quiet"], cwd=ws)).ok:
+            return refused("nothing to commit: the workspace has no changes")
+        message = f"{parsed.message.rstrip()}\n\n{TRAILER}: {ctx.call_id}\n"
+        result = await git(
+            [*IDENTITY, "commit", "--quiet", "--no-verify", "-F", "-"],
+            cwd=ws,
+            stdin=message.encode(),
+        )
+        if not result.ok:
+            return refused(f"git commit failed:\n{result.stderr.strip()}")
+        sha, branch = await head(ws)
+        return Completed(
+            output=f"committed {sha} on {branch}", evidence=(commit_evidence(sha, branch),)
+        )
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Completed:
+        return refused(f"{handle!r}: git_commit has no pending work to poll")
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        """Committed if a recent commit carries this call's trailer."""
+        prepared = prepare(CommitArgs, args, ctx)
+        if isinstance(prepared, Completed):
+            return Unknown(prepared.output)
+        _, ws = prepared
+        trailer = f"{TRAILER}: {ctx.call_id}"
+        found = await git(
+            ["log", "-n", "50", "--format=%H", "--fixed-strings", f"--grep={trailer}"], cwd=ws
+        )
+        shas = found.stdout.split()
+        if not found.ok or not shas:
+            return Unknown(f"no commit carries {trailer!r}")
+        _, branch = await head(ws)
+        return Completed(
+            output=f"committed {shas[0]} on {branch}", evidence=(commit_evidence(shas[0], branch),)
+        )
+
+
+class GitPush:
+    name = "git_push"
+    description = "Push the current HEAD to a branch of the origin remote (never forced)."
+    parameters = schema(PushArgs)
+    effect: Effect = "write"
+
+    def __init__(self, *, allow_protected: bool = False, token: str | None = None) -> None:
+        self.allow_protected = allow_protected
+        self._token = token
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        prepared = prepare(PushArgs, args, ctx)
+        if isinstance(prepared, Completed):
+            return prepared
+        parsed, ws = prepared
+        if (problem := await self._refusal(ws, parsed.branch)) is not None:
+            return refused(problem)
+        token = await self._token_for(ws)
+        refspec = f"HEAD:refs/heads/{parsed.branch}"  # no leading '+': never a force push
+        result = await git(["push", "--quiet", "origin", refspec], cwd=ws, token=token)
+        if not result.ok:
+            return refused(f"git push to {parsed.branch} was rejected:\n{result.stderr.strip()}")
+        outcome = await self._read_back(ws, parsed.branch)
+        return outcome if isinstance(outcome, Completed) else refused(outcome.reason)
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Completed:
+        return refused(f"{handle!r}: git_push has no pending work to poll")
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        """Pushed if the remote branch points at the local HEAD."""
+        prepared = prepare(PushArgs, args, ctx)
+        if isinstance(prepared, Completed):
+            return Unknown(prepared.output)
+        parsed, ws = prepared
+        return await self._read_back(ws, parsed.branch)
+
+    async def _refusal(self, ws: Path, branch: str) -> str | None:
+        valid = await git(["check-ref-format", "--branch", branch], cwd=ws)
+        if not valid.ok or branch.startswith("-"):
+            return f"{branch!r} is not a valid branch name"
+        if self.allow_protected:
+            return None
+        protected = ALWAYS_PROTECTED | {await remote_default_branch(ws)}
+        if branch in protected:
+            return f"refusing to push to protected branch {branch!r}; push a feature branch"
+        return None
+
+    async def _read_back(self, ws: Path, branch: str) -> Completed | Unknown:
+        token = await self._token_for(ws)
+        remote = await git(["ls-remote", "origin", f"refs/heads/{branch}"], cwd=ws, token=token)
+        remote_sha = remote.stdout.split()[0] if remote.ok and remote.stdout.strip() else None
+        local_sha, _ = await head(ws)
+        if remote_sha != local_sha:
+            return Unknown(f"origin/{branch} is at {remote_sha}, not the local HEAD {local_sha}")
+        evidence = EvidenceItem(
+            kind="commit",
+            ref=local_sha,
+            strength=Strength.provider_read_back,
+            detail={"sha": local_sha, "branch": branch, "pushed": True},
+        )
+        return Completed(
+            output=f"pushed {local_sha} to origin/{branch} (read back with ls-remote)",
+            evidence=(evidence,),
+        )
+
+    async def _token_for(self, ws: Path) -> str | None:
+        origin = await git(["config", "--get", "remote.origin.url"], cwd=ws)
+        return self._token if uses_https(origin.stdout.strip()) else None
+
+
+async def remote_default_branch(ws: Path) -> str:
+    """The remote's default branch as recorded by the clone (``origin/HEAD``)."""
+    ref = await git(["symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD"], cwd=ws)
+    name = ref.stdout.strip()
+    return name.removeprefix("origin/") if name else "main"

@@ -1,0 +1,227 @@
+"""Detached command executions under ``<workspace>/.keel/exec/<exec id>/``.
+
+The folder is the execution's whole record, so any process can find it again: ``meta.json``
+(command, timeout, creation time), ``run.sh`` (the wrapper), ``pid``, ``started_at``,
+``stdout``, ``stderr``, ``finished_at`` and ``exit``. The wrapper runs in its own session
+(``setsid --fork``: a new session, reparented away from the worker) so it outlives the worker
+that launched it, and publishes ``exit`` with ``ln``, which fails if the file exists: the
+first of "the command ended" and "Keel gave up on it" (timeout, vanished process) wins, once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from runtime.workspace.process import run_process
+from runtime.workspace.sandbox import EXEC_ROOT, HOME, Sandbox
+
+LAUNCH_GRACE_S = 30.0  # a folder with no pid after this long was never launched
+Outcome = Literal["exited", "timed_out", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    elapsed_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    exit_code: int
+    outcome: Outcome
+    duration_s: float
+
+
+def execution_id(call_id: str) -> str:
+    """Stable across processes: recovery of the same call finds the same execution."""
+    return hashlib.sha256(call_id.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRun:
+    workspace: Path
+    exec_id: str
+
+    @property
+    def folder(self) -> Path:
+        return self.workspace / EXEC_ROOT / self.exec_id
+
+    def log_path(self, stream: Literal["stdout", "stderr"]) -> Path:
+        return self.folder / stream
+
+    def exists(self) -> bool:
+        return self.folder.exists()
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    command: str
+    timeout_s: float
+    created_at: float
+
+
+def read_meta(run: CommandRun) -> Meta | None:
+    """None when a crash came between claiming the folder and recording the command."""
+    try:
+        record = json.loads((run.folder / "meta.json").read_text())
+        return Meta(str(record["command"]), float(record["timeout_s"]), float(record["created_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox) -> bool:
+    """Start ``command`` detached; False (and nothing started) if this execution exists."""
+    isolation = await sandbox.isolation()  # before claiming, so a refusal leaves no trace
+    run.folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run.folder.mkdir()
+    except FileExistsError:
+        return False
+    (run.workspace / HOME).mkdir(parents=True, exist_ok=True)
+    meta = {
+        "command": command,
+        "timeout_s": timeout_s,
+        "created_at": time.time(),
+        "isolation": isolation,
+    }
+    _write_atomic(run.folder / "meta.json", json.dumps(meta))
+    argv = sandbox.wrap(["bash", "-lc", command], run.workspace, isolation)
+    script = run.folder / "run.sh"
+    script.write_text(wrapper_script(run.folder, argv))
+    launcher = ["setsid", "--fork", "bash", str(script)]
+    result = await run_process(launcher, cwd=run.workspace, env=sandbox.env(run.workspace))
+    if not result.ok:  # recorded as the execution's outcome; polling reports it
+        run.log_path("stderr").write_text(f"could not launch: {result.stderr}")
+        settle(run, -1, "lost")
+    return True
+
+
+def wrapper_script(folder: Path, argv: list[str]) -> str:
+    d = shlex.quote(str(folder))
+    return "\n".join(
+        [
+            "exec </dev/null >/dev/null 2>&1",  # release the launcher's pipes at once
+            f"d={d}",
+            'echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"',
+            'date +%s.%N > "$d/started_at"',
+            f'{shlex.join(argv)} > "$d/stdout" 2> "$d/stderr"',
+            "rc=$?",
+            'date +%s.%N > "$d/finished_at"',
+            'echo "$rc" > "$d/exit.$$" && ln "$d/exit.$$" "$d/exit"',
+            'rm -f "$d/exit.$$"',
+            "",
+        ]
+    )
+
+
+def check(run: CommandRun) -> Running | Finished:
+    """The execution's state now; enforces its timeout and notices a vanished process."""
+    if (finished := read_exit(run)) is not None:
+        return finished
+    meta = read_meta(run)
+    created, timeout_s = (meta.created_at, meta.timeout_s) if meta else (_mtime(run), 0.0)
+    started = _read_float(run.folder / "started_at") or created
+    elapsed = time.time() - started
+    pid = _read_int(run.folder / "pid")
+    if pid is None:
+        return settle(run, -1, "lost") if elapsed > LAUNCH_GRACE_S else Running(elapsed)
+    if not wrapper_alive(run, pid):
+        return settle(run, -1, "lost")
+    if elapsed > timeout_s:
+        kill_group(pid)
+        return settle(run, -9, "timed_out")
+    return Running(elapsed)
+
+
+def settle(run: CommandRun, exit_code: int, outcome: Outcome) -> Finished:
+    """Publish Keel's own verdict unless the wrapper published the real exit first."""
+    tmp = run.folder / f"exit.keel.{os.getpid()}"
+    tmp.write_text(f"{exit_code} {outcome}\n")
+    try:
+        os.link(tmp, run.folder / "exit")
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    finished = read_exit(run)
+    assert finished is not None
+    return finished
+
+
+def read_exit(run: CommandRun) -> Finished | None:
+    try:
+        fields = (run.folder / "exit").read_text().split()
+    except FileNotFoundError:
+        return None
+    outcome: Outcome = "exited"
+    if len(fields) > 1 and fields[1] in ("timed_out", "lost"):
+        outcome = "timed_out" if fields[1] == "timed_out" else "lost"
+    started = _read_float(run.folder / "started_at")
+    ended = _read_float(run.folder / "finished_at") or time.time()
+    duration = round(ended - started, 3) if started else 0.0
+    return Finished(exit_code=int(fields[0]), outcome=outcome, duration_s=duration)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def wrapper_alive(run: CommandRun, pid: int) -> bool:
+    """Is ``pid`` still this execution's wrapper? Guards against a pid reused after reboot."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return str(run.folder / "run.sh").encode() in cmdline
+
+
+def read_bounded(path: Path, limit: int = 4096) -> str:
+    """The whole file if small, else its first and last ``limit`` bytes around a gap note."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if size <= 2 * limit:
+                return f.read().decode("utf-8", "replace")
+            head = f.read(limit)
+            f.seek(size - limit)
+            tail = f.read()
+    except FileNotFoundError:
+        return ""
+    gap = f"\n[... {size - 2 * limit} bytes omitted ...]\n"
+    return head.decode("utf-8", "replace") + gap + tail.decode("utf-8", "replace")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _mtime(run: CommandRun) -> float:
+    try:
+        return run.folder.stat().st_mtime
+    except OSError:
+        return time.time()
+
+
+def _read_float(path: Path) -> float | None:
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

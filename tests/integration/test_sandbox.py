@@ -1,0 +1,156 @@
+"""The command sandbox: bubblewrap confinement, no network, scrubbed env, resource limits.
+
+These tests need bubblewrap. They skip without it on a developer machine, and fail without
+it under CI (``CI`` set), where ``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import ConfigError
+from runtime.tools.base import Completed, ToolContext
+from runtime.tools.devbox import RunCommand
+from runtime.workspace import sandbox as sandbox_module
+from runtime.workspace.sandbox import Limits, Sandbox
+
+
+@pytest.fixture(autouse=True)
+def _needs_bwrap() -> None:
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("bubblewrap is missing under CI; .ci/run should have installed it")
+        pytest.skip("bubblewrap is not installed")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    workspace = tmp_path / "workspaces" / "root-1"
+    workspace.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    return workspace
+
+
+async def run(sandbox: Sandbox, ws: Path, command: str) -> Completed:
+    tool = RunCommand(sandbox)
+    ctx = ToolContext("task-1", "root-1", f"call-{uuid.uuid4().hex}", workspace=ws)
+    started = await tool.start({"command": command, "timeout_s": 30}, ctx)
+    assert not isinstance(started, Completed), started
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        result = await tool.poll(started.handle, ctx)
+        if isinstance(result, Completed):
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError("command did not finish")
+
+
+async def test_writes_confined_when_sandboxed(ws: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    elsewhere = Path("/var/tmp") / f"keel-sandbox-{uuid.uuid4().hex}"
+    command = f"touch {outside}; touch {elsewhere}; touch /root/keel-x; echo ok > inside.txt"
+    result = await run(Sandbox(mode="bwrap"), ws, command)
+    assert "exit code" in result.output
+    assert not outside.exists() and not elsewhere.exists()
+    assert not Path("/root/keel-x").exists()
+    assert (ws / "inside.txt").read_text() == "ok\n"
+
+
+async def test_writes_land_outside_when_sandbox_is_none(ws: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    await run(Sandbox(mode="none"), ws, f"touch {outside}")
+    assert outside.exists()
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[socket.socket]]]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1]), accepted
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("network", [False, True])
+async def test_loopback_unreachable_when_network_off(
+    ws: Path, listener: tuple[int, list[socket.socket]], network: bool
+) -> None:
+    port, accepted = listener
+    command = f"exec 3<>/dev/tcp/127.0.0.1/{port}"
+    result = await run(Sandbox(mode="bwrap", network=network), ws, command)
+    await asyncio.sleep(0.3)
+    assert ("exit code 0 " in result.output) is network
+    assert len(accepted) == (1 if network else 0)
+
+
+async def test_secrets_scrubbed_when_command_runs(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEEL_DATABASE_URL", "postgresql://keel:pw@db/keel")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
+    sandbox = Sandbox(mode="bwrap", extra_env={"OPENAI_API_KEY": "sk-x", "FOO": "bar"})
+    result = await run(sandbox, ws, "env")
+    for secret in ("KEEL_", "SLACK_", "GITHUB_", "OPENAI_", "pw@db", "xoxb", "ghp-"):
+        assert secret not in result.output
+    assert "FOO=bar" in result.output
+    assert f"HOME={ws}/.keel/home" in result.output
+
+
+async def test_file_size_limited_when_limit_set(ws: Path) -> None:
+    sandbox = Sandbox(mode="bwrap", limits=Limits(file_size_bytes=1_000_000))
+    result = await run(sandbox, ws, "head -c 5000000 /dev/zero > big.bin")
+    assert "exit code 0" not in result.output
+    assert (ws / "big.bin").stat().st_size <= 1_000_000
+
+
+async def test_exit_code_unforgeable_when_command_writes_its_record(ws: Path) -> None:
+    command = 'for d in .keel/exec/*/; do echo "0" > "$d/exit"; done; exit 5'
+    result = await run(Sandbox(mode="bwrap"), ws, command)
+    assert "exit code 5 " in result.output
+
+
+async def test_auto_uses_bwrap_when_installed() -> None:
+    assert await Sandbox(mode="auto").isolation() == "bwrap"
+
+
+async def test_auto_falls_back_once_when_bwrap_unusable(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sandbox_module, "_bwrap_works", False)
+    monkeypatch.setattr(sandbox_module, "_warned_fallback", False)
+    caplog.set_level(logging.WARNING)
+    assert await Sandbox(mode="auto").isolation() == "none"
+    assert await Sandbox(mode="auto").isolation() == "none"
+    assert caplog.text.count("bubblewrap unavailable") == 1
+    with pytest.raises(ConfigError):
+        await Sandbox(mode="bwrap").isolation()

@@ -1,0 +1,175 @@
+"""Workspaces on real git repositories: clone, reuse, rebuild, refs, and token hygiene."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import logging
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from runtime.errors import ConfigError, Retryable
+from runtime.workspace import Workspaces, WorkspaceSpec
+from runtime.workspace.git import git, git_command
+
+TOKEN = "tok-SECRET-123"
+
+
+def sh(*argv: str, cwd: Path | None = None) -> str:
+    done = subprocess.run(argv, cwd=cwd, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def make_bare_repo(tmp_path: Path) -> Path:
+    """A bare repo with ``main`` (one commit) and ``feature`` (one more)."""
+    bare, seed = tmp_path / "origin.git", tmp_path / "seed"
+    sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
+    sh("git", "clone", "-q", str(bare), str(seed))
+    commit = ("git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm")
+    (seed / "README.md").write_text("hello\n")
+    sh("git", "add", ".", cwd=seed)
+    sh(*commit, "init", cwd=seed)
+    sh("git", "push", "-q", "origin", "main", cwd=seed)
+    sh("git", "checkout", "-q", "-b", "feature", cwd=seed)
+    (seed / "feature.txt").write_text("feature\n")
+    sh("git", "add", ".", cwd=seed)
+    sh(*commit, "feature", cwd=seed)
+    sh("git", "push", "-q", "origin", "feature", cwd=seed)
+    return bare
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> Path:
+    return make_bare_repo(tmp_path)
+
+
+@pytest.fixture
+def workspaces(tmp_path: Path) -> Workspaces:
+    return Workspaces(tmp_path / "workspaces", sandbox="none")
+
+
+async def test_clone_at_default_branch_when_workspace_missing(
+    bare: Path, workspaces: Workspaces
+) -> None:
+    ws = await workspaces.ensure(WorkspaceSpec("root-1", str(bare)))
+    assert ws == (workspaces.root / "root-1").absolute()
+    assert sh("git", "rev-parse", "HEAD", cwd=ws) == sh("git", "rev-parse", "main", cwd=bare)
+    meta = json.loads((ws / ".keel" / "workspace.json").read_text())
+    assert meta["repo_url"] == str(bare) and meta["root_task_id"] == "root-1"
+    assert sh("git", "status", "--porcelain", cwd=ws) == ""  # .keel/ is excluded
+
+
+async def test_checkout_of_ref_when_ref_given(bare: Path, workspaces: Workspaces) -> None:
+    ws = await workspaces.ensure(WorkspaceSpec("root-1", f"file://{bare}", ref="feature"))
+    assert sh("git", "rev-parse", "HEAD", cwd=ws) == sh("git", "rev-parse", "feature", cwd=bare)
+    assert (ws / "feature.txt").exists()
+
+
+async def test_workspace_reused_when_valid(bare: Path, workspaces: Workspaces) -> None:
+    spec = WorkspaceSpec("root-1", str(bare))
+    ws = await workspaces.ensure(spec)
+    (ws / "work-in-progress.txt").write_text("keep me")
+    assert await workspaces.ensure(spec) == ws
+    assert (ws / "work-in-progress.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("damage", ["metadata", "git_dir", "other_source"])
+async def test_workspace_recreated_when_corrupt(
+    bare: Path, workspaces: Workspaces, damage: str
+) -> None:
+    spec = WorkspaceSpec("root-1", str(bare))
+    ws = await workspaces.ensure(spec)
+    (ws / "stale.txt").write_text("from the broken copy")
+    match damage:
+        case "metadata":
+            (ws / ".keel" / "workspace.json").write_text("{not json")
+        case "git_dir":
+            (ws / ".git" / "HEAD").unlink()
+        case "other_source":
+            spec = WorkspaceSpec("root-1", str(bare), ref="feature")
+    assert await workspaces.ensure(spec) == ws
+    assert not (ws / "stale.txt").exists()
+    assert sh("git", "rev-parse", "--verify", "HEAD", cwd=ws)
+
+
+async def test_unsafe_root_task_id_refused_when_it_is_a_path(workspaces: Workspaces) -> None:
+    with pytest.raises(ConfigError):
+        await workspaces.ensure(WorkspaceSpec("../escape", "/nonexistent"))
+
+
+async def test_credentials_refused_when_embedded_in_url(workspaces: Workspaces) -> None:
+    with pytest.raises(ConfigError):
+        await workspaces.ensure(WorkspaceSpec("r", f"https://x:{TOKEN}@127.0.0.1/repo.git"))
+
+
+def test_token_only_in_environment_when_command_built() -> None:
+    command = git_command(["clone", "https://127.0.0.1/repo.git", "dest"], token=TOKEN)
+    assert not any(TOKEN in arg for arg in command.argv)
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert not any(basic in arg for arg in command.argv)
+    assert command.env["GIT_CONFIG_KEY_0"] == "http.extraHeader"
+    assert command.env["GIT_CONFIG_VALUE_0"] == f"Authorization: Basic {basic}"
+    assert "GIT_CONFIG_VALUE_0" not in git_command(["status"]).env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_token_written_nowhere_when_https_clone_fails(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    workspaces = Workspaces(tmp_path / "workspaces", sandbox="none")
+    url = f"https://127.0.0.1:{free_port()}/org/repo.git"
+    with pytest.raises(Retryable) as failure:
+        await workspaces.ensure(WorkspaceSpec("root-1", url), token=TOKEN)
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    for secret in (TOKEN, basic):
+        assert secret not in str(failure.value)
+        assert secret not in caplog.text
+        assert not [p for p in written if secret.encode() in p.read_bytes()]
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_server() -> Iterator[tuple[str, list[str | None]]]:
+    _RecordingHandler.seen = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _RecordingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/repo.git", _RecordingHandler.seen
+    server.shutdown()
+    server.server_close()
+
+
+async def test_token_sent_as_header_when_git_talks_http(
+    http_server: tuple[str, list[str | None]],
+) -> None:
+    url, seen = http_server
+    result = await git(["ls-remote", url], token=TOKEN, timeout_s=30)
+    assert not result.ok
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert seen and seen[0] == f"Basic {basic}"
+    assert TOKEN not in result.stderr

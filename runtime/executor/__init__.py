@@ -1,0 +1,1 @@
+"""The executor: one persisted phase per tick, recoverable at every boundary."""

@@ -1,0 +1,103 @@
+"""What a phase may use, and what it returns: the next phase and the writes that go with it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from sqlalchemy.orm import Session
+
+from runtime.clock import Clock
+from runtime.config import AgentConfig
+from runtime.executor.faults import FaultPlan
+from runtime.models.base import ModelProvider
+from runtime.scheduler import Scheduler
+from runtime.store.engine import Database
+from runtime.store.records import Task, TaskResult
+from runtime.tools.base import Tool
+
+Phase = Literal[
+    "load_context",
+    "check_scheduler",
+    "call_model",
+    "dispatch_tools",
+    "await_tools",
+    "advance_turn",
+    "report_terminal",
+    "report_failure",
+    "report_stopped",
+    "waiting",
+    "done",
+]
+
+# continue: keep the lease and tick again now; delay: release and tick at ``delay_s``;
+# wait: park the task until input or a child arrives; done: the run is over.
+After = Literal["continue", "delay", "wait", "done"]
+
+Write = Callable[[Session], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    phase: Phase
+    state: dict[str, Any]
+    turn: int
+    mailbox_position: int
+    writes: tuple[Write, ...] = ()
+    after: After = "continue"
+    delay_s: float = 0.0
+    wait_guard: Callable[[Session], bool] | None = None
+
+
+class ContextSource(Protocol):
+    """Extra model context for a task: repository guidance, the origin thread, ..."""
+
+    async def sections(self, task: Task) -> list[str]: ...
+
+
+class Reporter(Protocol):
+    """Queues what people should see; called inside the executor's transactions."""
+
+    def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None: ...
+
+    def on_finished(self, session: Session, task: Task, result: TaskResult) -> None: ...
+
+
+class SilentReporter:
+    def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None:
+        return None
+
+    def on_finished(self, session: Session, task: Task, result: TaskResult) -> None:
+        return None
+
+
+WorkspaceResolver = Callable[[Task], Awaitable[Path | None]]
+
+
+async def _no_workspace(task: Task) -> Path | None:
+    return None
+
+
+@dataclass(slots=True)
+class ExecutorContext:
+    db: Database
+    scheduler: Scheduler
+    provider: ModelProvider
+    tools: Mapping[str, Tool]
+    agents: Mapping[str, AgentConfig]
+    clock: Clock
+    reporter: Reporter = field(default_factory=SilentReporter)
+    context_sources: tuple[ContextSource, ...] = ()
+    workspace_for: WorkspaceResolver = _no_workspace
+    faults: FaultPlan = field(default_factory=FaultPlan.from_env)
+    poll_interval_s: float = 0.5
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def agent(self, name: str) -> AgentConfig:
+        return self.agents.get(name) or self.agents.get("default") or AgentConfig()
+
+    def tools_for(self, agent: AgentConfig) -> dict[str, Tool]:
+        return {name: tool for name, tool in self.tools.items() if name in agent.tools}

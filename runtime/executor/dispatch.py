@@ -1,0 +1,252 @@
+"""Tool phases: dispatch, await, and turn advance, with the recovery rules per effect.
+
+A call is marked ``dispatching`` (committed) before its tool is invoked, so a crash leaves
+evidence that the effect may have happened. Recovery of such a call: read → start again;
+wait → poll its handle (or start again: wait tools derive their work from the call id);
+write → ``reconcile`` or settle as ``interrupted``. The first settled result is authoritative.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from runtime.executor import transcript as tx
+from runtime.executor.context import ExecutorContext, Transition
+from runtime.executor.phases import goto, limit_reached
+from runtime.store import runs
+from runtime.store import tasks as q
+from runtime.store.records import Task, TaskStatus
+from runtime.store.runs import Run, ToolCallRecord
+from runtime.tools.base import Completed, Pending, Started, Tool, ToolContext, Unknown
+
+CHILD_WAIT_TOOL = "wait_for_task"
+
+
+async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    await _recover(task, ctx, [c for c in calls if c.dispatch_state == "dispatching"])
+    pending = [c for c in calls if c.dispatch_state == "pending"]
+    if not pending:
+        return goto(run, "await_tools")
+    if await ctx.scheduler.stop_requested(task.task_id):
+        await _cancel_unstarted(task, ctx, pending)
+        return goto(run, "report_stopped")
+    limits = ctx.agent(task.agent).limits
+    batch = pending[: limits.fanout]
+    now = ctx.clock.now()
+    deadline = now + timedelta(seconds=limits.tool_deadline_s)
+    ids = [c.call_id for c in batch]
+    await ctx.db.run(
+        lambda s: runs.mark_dispatching(s, task.task_id, ids, dict.fromkeys(ids, deadline), now)
+    )
+    for call in batch:
+        ctx.faults.hit(f"dispatching:{call.call_id}")
+    await asyncio.gather(*(_start(task, ctx, call, deadline) for call in batch))
+    next_phase = "dispatch_tools" if len(pending) > len(batch) else "await_tools"
+    return goto(run, next_phase)
+
+
+async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    now = ctx.clock.now()
+    for call in calls:
+        if call.dispatch_state == "settled":
+            continue
+        if call.deadline_at is not None and call.deadline_at <= now:
+            await _settle(task, ctx, call, "deadline", _deadline_result(call))
+        elif call.dispatch_state == "started" and call.handle is not None:
+            await _poll(task, ctx, call)
+        elif call.dispatch_state == "dispatching":
+            await _recover(task, ctx, [call])
+    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    open_calls = [c for c in calls if c.dispatch_state != "settled"]
+    if not open_calls:
+        return goto(run, "advance_turn")
+    if all(c.name == CHILD_WAIT_TOOL and c.handle for c in open_calls):
+        children = [str(c.handle) for c in open_calls]
+        return goto(run, "await_tools", after="wait", wait_guard=_children_running(children))
+    return goto(run, "await_tools", after="delay", delay_s=ctx.poll_interval_s)
+
+
+async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    now = ctx.clock.now()
+
+    def write(session: Session) -> None:
+        for call in sorted(calls, key=lambda c: c.idx):
+            result = call.result or {}
+            payload = {
+                "type": "tool_result",
+                "call_id": call.call_id,
+                "output": result.get("output", ""),
+                "is_error": bool(result.get("is_error")),
+                "outcome": call.outcome,
+            }
+            key = tx.result_key(call.call_id)
+            runs.add_transcript_item(
+                session, task.task_id, key, "tool", "tool_result", payload, now
+            )
+
+    if await ctx.scheduler.stop_requested(task.task_id):
+        return goto(run, "report_stopped", writes=(write,))
+    limits = ctx.agent(task.agent).limits
+    if run.turn + 1 >= limits.max_turns:
+        limited = limit_reached(run, "max_turns", limits.max_turns)
+        return goto(run, "report_failure", state=limited.state, writes=(write,))
+    return goto(run, "check_scheduler", turn=run.turn + 1, writes=(write,))
+
+
+def _children_running(child_ids: list[str]) -> Any:
+    def guard(session: Session) -> bool:
+        rows = [q.get_task(session, child_id) for child_id in child_ids]
+        return all(r is not None and not TaskStatus(r.status).is_terminal for r in rows)
+
+    return guard
+
+
+# -- one call -------------------------------------------------------------------------------
+
+
+def _tool_of(ctx: ExecutorContext, task: Task, name: str) -> Tool | None:
+    return ctx.tools_for(ctx.agent(task.agent)).get(name)
+
+
+async def _tool_context(ctx: ExecutorContext, task: Task, call: ToolCallRecord) -> ToolContext:
+    workspace = await ctx.workspace_for(task)
+    return ToolContext(task.task_id, task.root_id, call.call_id, task.depth, workspace)
+
+
+async def _start(
+    task: Task, ctx: ExecutorContext, call: ToolCallRecord, deadline: datetime
+) -> None:
+    tool = _tool_of(ctx, task, call.name)
+    if tool is None:
+        result = {"output": f"unknown tool {call.name!r}", "is_error": True}
+        await _settle(task, ctx, call, "error", result)
+        return
+    tool_ctx = await _tool_context(ctx, task, call)
+    job = asyncio.ensure_future(_guarded(tool.start(call.args, tool_ctx)))
+    remaining = max(0.0, (deadline - ctx.clock.now()).total_seconds())
+    done, _ = await asyncio.wait({job}, timeout=remaining)
+    if not done:
+        # Not a cancel: the work may still finish; its late report will be a recorded no-op.
+        await _settle(task, ctx, call, "deadline", _deadline_result(call))
+        _report_late(task, ctx, call, job)
+        return
+    await _record_outcome(task, ctx, call, job.result())
+
+
+async def _guarded(work: Any) -> Completed | Started | Pending:
+    """Tool failures are results for the model, never task failures."""
+    try:
+        outcome: Completed | Started | Pending = await work
+    except Exception as e:  # loop boundary: a tool's bug becomes its result
+        return Completed(f"tool failed: {type(e).__name__}: {e}", is_error=True)
+    return outcome
+
+
+def _report_late(task: Task, ctx: ExecutorContext, call: ToolCallRecord, job: Any) -> None:
+    async def late() -> None:
+        outcome = await job
+        if isinstance(outcome, Completed):
+            await _settle(task, ctx, call, "ok", _completed_result(outcome), outcome)
+
+    background = asyncio.ensure_future(late())
+    ctx.background.add(background)
+    background.add_done_callback(ctx.background.discard)
+
+
+async def _record_outcome(
+    task: Task, ctx: ExecutorContext, call: ToolCallRecord, outcome: Completed | Started | Pending
+) -> None:
+    match outcome:
+        case Completed():
+            ctx.faults.hit(f"started:{call.call_id}")
+            outcome_name = "error" if outcome.is_error else "ok"
+            await _settle(task, ctx, call, outcome_name, _completed_result(outcome), outcome)
+        case Started(handle=handle):
+            await ctx.db.run(lambda s: runs.record_handle(s, task.task_id, call.call_id, handle))
+            ctx.faults.hit(f"started:{call.call_id}")
+        case Pending():
+            pass
+
+
+async def _poll(task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> None:
+    tool = _tool_of(ctx, task, call.name)
+    if tool is None or call.handle is None:
+        return
+    tool_ctx = await _tool_context(ctx, task, call)
+    outcome = await _guarded(tool.poll(call.handle, tool_ctx))
+    if isinstance(outcome, Completed):
+        outcome_name = "error" if outcome.is_error else "ok"
+        await _settle(task, ctx, call, outcome_name, _completed_result(outcome), outcome)
+
+
+async def _recover(task: Task, ctx: ExecutorContext, calls: list[ToolCallRecord]) -> None:
+    for call in calls:
+        tool = _tool_of(ctx, task, call.name)
+        deadline = call.deadline_at or ctx.clock.now()
+        if tool is None or call.effect == "read":
+            await _start(task, ctx, call, deadline)
+        elif call.effect == "wait":
+            await (_poll(task, ctx, call) if call.handle else _start(task, ctx, call, deadline))
+        else:
+            await _reconcile(task, ctx, call, tool)
+
+
+async def _reconcile(task: Task, ctx: ExecutorContext, call: ToolCallRecord, tool: Tool) -> None:
+    tool_ctx = await _tool_context(ctx, task, call)
+    try:
+        found = await tool.reconcile(call.args, tool_ctx)
+    except Exception as e:  # loop boundary: reconcile failing leaves the effect unknown
+        found = Unknown(f"reconcile failed: {type(e).__name__}: {e}")
+    if isinstance(found, Completed):
+        await _settle(task, ctx, call, "ok", _completed_result(found), found)
+        return
+    output = (
+        f"interrupted: {call.name} was dispatched but its result was lost, so whether it took "
+        f"effect is unknown ({found.reason}). It was not repeated."
+    )
+    await _settle(task, ctx, call, "interrupted", {"output": output, "is_error": True})
+
+
+async def _cancel_unstarted(task: Task, ctx: ExecutorContext, calls: list[ToolCallRecord]) -> None:
+    for call in calls:
+        result = {"output": "not started: the task was stopped", "is_error": True}
+        await _settle(task, ctx, call, "canceled", result)
+
+
+def _completed_result(outcome: Completed) -> dict[str, Any]:
+    return {"output": outcome.output, "is_error": outcome.is_error}
+
+
+def _deadline_result(call: ToolCallRecord) -> dict[str, Any]:
+    output = f"deadline: {call.name} did not finish in time; its work may still complete"
+    return {"output": output, "is_error": True}
+
+
+async def _settle(
+    task: Task,
+    ctx: ExecutorContext,
+    call: ToolCallRecord,
+    outcome: str,
+    result: dict[str, Any],
+    completed: Completed | None = None,
+) -> None:
+    """Settle once; evidence lands in the same transaction as the settlement."""
+    now = ctx.clock.now()
+
+    def write(session: Session) -> None:
+        won = runs.settle(
+            session, task.task_id, call.call_id, outcome=outcome, result=result, now=now
+        )
+        if won and completed is not None:
+            for item in completed.evidence:
+                runs.add_evidence(session, task.task_id, task.root_id, call.call_id, item, now)
+
+    await ctx.db.run(write)
+    ctx.faults.hit(f"settled:{call.call_id}")

@@ -1,0 +1,215 @@
+"""Phases that read context, check the scheduler, call the model and report outcomes.
+
+Each phase receives the durable run and returns the next durable state; it never runs the
+task to completion. Tool dispatch, waiting and turn advance live in ``runtime.executor.tools``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from runtime.errors import Permanent, Retryable
+from runtime.executor import transcript as tx
+from runtime.executor.context import ExecutorContext, Transition
+from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
+from runtime.store import runs
+from runtime.store import tasks as q
+from runtime.store.records import Task, TaskResult, TaskStatus
+from runtime.store.runs import Run
+
+MAX_MODEL_RETRIES = 8
+
+
+def goto(run: Run, phase: Any, **changes: Any) -> Transition:
+    values: dict[str, Any] = {
+        "state": run.state,
+        "turn": run.turn,
+        "mailbox_position": run.mailbox_position,
+    }
+    values.update(changes)
+    return Transition(phase=phase, **values)
+
+
+def limit_reached(run: Run, name: str, value: object) -> Transition:
+    state = {**run.state, "limit": {"name": name, "value": value}}
+    return goto(run, "report_failure", state=state)
+
+
+async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    agent = ctx.agent(task.agent)
+    sections = [agent.instructions]
+    for source in ctx.context_sources:
+        sections.extend(await source.sections(task))
+    now = ctx.clock.now()
+
+    def write(session: Session) -> None:
+        payload = {"type": "user_text", "text": task.message}
+        runs.add_transcript_item(
+            session, task.task_id, tx.task_key(task.task_id), "user", "message", payload, now
+        )
+        ctx.reporter.on_phase(session, task, "load_context", "reading the request")
+
+    state = {**run.state, "system": "\n\n".join(s for s in sections if s)}
+    return goto(run, "check_scheduler", state=state, writes=(write,))
+
+
+async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    if await ctx.scheduler.stop_requested(task.task_id):
+        return goto(run, "report_stopped")
+    limits = ctx.agent(task.agent).limits
+    if ctx.clock.now() - task.created_at > timedelta(seconds=limits.max_wall_seconds):
+        return limit_reached(run, "max_wall_seconds", limits.max_wall_seconds)
+    messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
+    if not messages:
+        return goto(run, "call_model")
+    template = ctx.agent(task.agent).mailbox_template
+    now = ctx.clock.now()
+
+    def write(session: Session) -> None:
+        for message in messages:
+            payload = {
+                "type": "user_text",
+                "text": tx.render_mailbox(template, message),
+                "message_id": message.message_id,
+                "seq": message.seq,
+            }
+            runs.add_transcript_item(
+                session,
+                task.task_id,
+                tx.mailbox_key(message.message_id),
+                "user",
+                "mailbox",
+                payload,
+                now,
+            )
+
+    return goto(run, "call_model", mailbox_position=messages[-1].seq, writes=(write,))
+
+
+async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    agent = ctx.agent(task.agent)
+    tools = ctx.tools_for(agent)
+    entries = await ctx.db.run(lambda s: runs.transcript(s, task.task_id))
+    request = ModelRequest(
+        task_id=task.task_id,
+        turn=run.turn,
+        system=str(run.state.get("system", "")),
+        items=tx.to_conversation(entries),
+        tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values()),
+    )
+    try:
+        response = await ctx.provider.complete(request)
+    except Retryable as e:
+        return _retry_model(run, e)
+    except Permanent as e:
+        state = {**run.state, "error": {"phase": "call_model", "message": str(e)}}
+        return goto(run, "report_failure", state=state)
+    calls = response.tool_calls
+    if calls:
+        used = await ctx.db.run(lambda s: runs.count_calls(s, task.task_id))
+        if used + len(calls) > agent.limits.max_tool_calls:
+            return limit_reached(run, "max_tool_calls", agent.limits.max_tool_calls)
+    now = ctx.clock.now()
+
+    def write(session: Session) -> None:
+        for index, item in enumerate(response.items):
+            role, kind, payload = tx.item_payload(item)
+            key = (
+                tx.call_key(item.call_id)
+                if isinstance(item, ToolCallItem)
+                else tx.model_key(run.turn, index)
+            )
+            runs.add_transcript_item(session, task.task_id, key, role, kind, payload, now)
+        for index, call in enumerate(calls):
+            tool = tools.get(call.name)
+            runs.add_tool_call(
+                session,
+                task.task_id,
+                call.call_id,
+                turn=run.turn,
+                idx=index,
+                name=call.name,
+                args=call.arguments,
+                effect=tool.effect if tool else "read",
+            )
+        if calls:
+            names = ", ".join(c.name for c in calls)
+            ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
+
+    state = {k: v for k, v in run.state.items() if k != "model_retries"}
+    next_phase = "dispatch_tools" if calls else "report_terminal"
+    return goto(run, next_phase, state=state, writes=(write,))
+
+
+def _retry_model(run: Run, error: Retryable) -> Transition:
+    retries = int(run.state.get("model_retries", 0)) + 1
+    if retries > MAX_MODEL_RETRIES:
+        message = f"model provider kept failing after {MAX_MODEL_RETRIES} retries: {error}"
+        state = {**run.state, "error": {"phase": "call_model", "message": message}}
+        return goto(run, "report_failure", state=state)
+    delay = error.retry_after_s if error.retry_after_s is not None else min(30.0, 0.2 * 2**retries)
+    state = {**run.state, "model_retries": retries}
+    return goto(run, "call_model", state=state, after="delay", delay_s=delay)
+
+
+async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    entries = await ctx.db.run(lambda s: runs.transcript(s, task.task_id))
+    calls = await ctx.db.run(lambda s: runs.all_calls(s, task.task_id))
+    interrupted = [
+        {"call_id": c.call_id, "name": c.name} for c in calls if c.outcome == "interrupted"
+    ]
+    detail = {"outcome": "completed", "interrupted": interrupted}
+    result = TaskResult(TaskStatus.succeeded, tx.final_text(entries, run.turn), detail)
+    return _finish(run, task, ctx, result)
+
+
+async def report_failure(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    limit = run.state.get("limit")
+    if limit:
+        summary = f"stopped at a limit: {limit['name']} ({limit['value']})"
+        detail: dict[str, Any] = {"outcome": f"limit:{limit['name']}"}
+    else:
+        error = run.state.get("error", {})
+        summary = f"failed in {error.get('phase', 'unknown phase')}: {error.get('message', '')}"
+        detail = {"outcome": "error", "error": error}
+    return _finish(run, task, ctx, TaskResult(TaskStatus.failed, summary, detail))
+
+
+async def report_stopped(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    current = await ctx.scheduler.get(task.task_id)
+    if current is not None and current.status is TaskStatus.timed_out:
+        result = TaskResult(
+            TaskStatus.timed_out, "the task passed its deadline", {"outcome": "timed_out"}
+        )
+    else:
+        result = TaskResult(TaskStatus.canceled, "stopped on request", {"outcome": "canceled"})
+    return _finish(run, task, ctx, result)
+
+
+def _finish(run: Run, task: Task, ctx: ExecutorContext, result: TaskResult) -> Transition:
+    """Report to the scheduler in the same transaction as ``done``; benign if already final."""
+
+    def write(session: Session) -> None:
+        ctx.scheduler.report_result_in(session, task.task_id, result)
+        final = stored_result(session, task, result)
+        ctx.reporter.on_finished(session, task, final)
+
+    return goto(run, "done", writes=(write,), after="done")
+
+
+def stored_result(session: Session, task: Task, fallback: TaskResult) -> TaskResult:
+    """The result the scheduler holds: the first terminal report wins over ours."""
+    row = q.get_task(session, task.task_id)
+    if row is None or row.result is None:
+        return fallback
+    stored = dict(row.result)
+    status = TaskStatus(stored.pop("status", fallback.status))
+    summary = str(stored.pop("summary", fallback.summary))
+    return TaskResult(status, summary, stored)
+
+
+async def done(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    return goto(run, "done", after="done")

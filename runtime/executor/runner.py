@@ -1,0 +1,132 @@
+"""The tick: load the run, run exactly one phase, persist its transition with its records.
+
+An unexpected exception inside a phase is persisted as structured error state and moves the
+run to ``report_failure``, which runs on the next tick like any other phase. A stale writer
+(its lease lost, or the version moved) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from sqlalchemy.orm import Session
+
+from runtime.errors import StaleWrite
+from runtime.executor import dispatch, phases
+from runtime.executor.context import ExecutorContext, Transition
+from runtime.store import runs
+from runtime.store import tasks as q
+from runtime.store.records import Lease, Task
+from runtime.store.runs import Run
+
+log = logging.getLogger(__name__)
+
+PhaseFn = Callable[[Run, Task, ExecutorContext], Awaitable[Transition]]
+
+PHASES: dict[str, PhaseFn] = {
+    "load_context": phases.load_context,
+    "check_scheduler": phases.check_scheduler,
+    "call_model": phases.call_model,
+    "dispatch_tools": dispatch.dispatch_tools,
+    "await_tools": dispatch.await_tools,
+    "advance_turn": dispatch.advance_turn,
+    "report_terminal": phases.report_terminal,
+    "report_failure": phases.report_failure,
+    "report_stopped": phases.report_stopped,
+    "waiting": dispatch.await_tools,
+    "done": phases.done,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    # continue: this worker still holds the lease and should tick again;
+    # released: the lease was given back (next tick scheduled, parked, or finished);
+    # lost: another writer advanced the run; this worker must let go.
+    status: Literal["continue", "released", "lost"]
+    phase: str
+
+
+class Runner:
+    def __init__(self, ctx: ExecutorContext) -> None:
+        self.ctx = ctx
+
+    async def tick(self, lease: Lease) -> TickResult:
+        loaded = await self.ctx.db.run(lambda s: _load(s, lease.task_id))
+        if loaded is None:
+            return TickResult("lost", "missing")
+        run, task = loaded
+        if run.lease_id != lease.lease_id:
+            return TickResult("lost", run.phase)
+        transition = await self._run_phase(run, task)
+        try:
+            status = await self.ctx.db.run(lambda s: self._commit(s, run, lease, transition))
+        except StaleWrite:
+            return TickResult("lost", run.phase)
+        self.ctx.faults.hit(f"commit:{run.phase}")
+        return TickResult(status, transition.phase)
+
+    async def _run_phase(self, run: Run, task: Task) -> Transition:
+        phase = PHASES.get(run.phase)
+        try:
+            if phase is None:
+                raise RuntimeError(f"unknown phase {run.phase!r}")
+            return await phase(run, task, self.ctx)
+        except Exception as e:  # loop boundary: the failure becomes data for the next tick
+            log.exception("phase %s of task %s failed", run.phase, task.task_id)
+            if run.phase in ("report_failure", "done"):
+                raise
+            error = {
+                "phase": run.phase,
+                "type": type(e).__name__,
+                "message": str(e),
+                "trace": traceback.format_exc(limit=8),
+            }
+            return phases.goto(run, "report_failure", state={**run.state, "error": error})
+
+    def _commit(
+        self, session: Session, run: Run, lease: Lease, transition: Transition
+    ) -> Literal["continue", "released"]:
+        now = self.ctx.clock.now()
+        for write in transition.writes:
+            write(session)
+        after = transition.after
+        if after == "wait" and transition.wait_guard is not None:
+            after = "wait" if transition.wait_guard(session) else "delay"
+        runs.commit_transition(
+            session,
+            run,
+            lease.lease_id,
+            phase=transition.phase,
+            turn=transition.turn,
+            mailbox_position=transition.mailbox_position,
+            state=transition.state,
+            now=now,
+        )
+        scheduler = self.ctx.scheduler
+        match after:
+            case "continue":
+                return "continue"
+            case "delay":
+                at = now + timedelta(seconds=transition.delay_s)
+                scheduler.release_in(session, lease, at)
+            case "wait":
+                # Refused when input arrived meanwhile: then tick again at once.
+                parked = scheduler.enter_waiting_in(session, run.task_id)
+                scheduler.release_in(session, lease, None if parked else now)
+            case "done":
+                scheduler.release_in(session, lease, None)
+        return "released"
+
+
+def _load(session: Session, task_id: str) -> tuple[Run, Task] | None:
+    run = runs.load_run(session, task_id)
+    row = q.get_task(session, task_id)
+    if run is None or row is None:
+        return None
+    return run, q.to_task(row)

@@ -1,0 +1,89 @@
+"""Transcript items: deterministic keys, payload shapes, and the model's view of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runtime.models.base import (
+    AssistantText,
+    ConversationItem,
+    Reasoning,
+    ToolCallItem,
+    ToolResultItem,
+    UserText,
+)
+from runtime.store.records import MailboxMessage
+from runtime.store.runs import TranscriptEntry
+
+
+def task_key(task_id: str) -> str:
+    return f"task:{task_id}"
+
+
+def mailbox_key(message_id: str) -> str:
+    return f"mbx:{message_id}"
+
+
+def call_key(call_id: str) -> str:
+    return f"call:{call_id}"
+
+
+def result_key(call_id: str) -> str:
+    return f"result:{call_id}"
+
+
+def model_key(turn: int, index: int) -> str:
+    return f"model:{turn}:{index}"
+
+
+def render_mailbox(template: str, message: MailboxMessage) -> str:
+    """The agent's versioned template; the raw text if rendering fails."""
+    try:
+        return template.format(text=message.text)
+    except (KeyError, IndexError, ValueError):
+        return message.text
+
+
+def to_conversation(entries: Sequence[TranscriptEntry]) -> tuple[ConversationItem, ...]:
+    return tuple(item for e in entries if (item := _to_item(e.payload)) is not None)
+
+
+def _to_item(payload: dict[str, Any]) -> ConversationItem | None:
+    match payload.get("type"):
+        case "user_text":
+            return UserText(str(payload["text"]))
+        case "assistant_text":
+            return AssistantText(str(payload["text"]))
+        case "reasoning":
+            return Reasoning(str(payload["text"]))
+        case "tool_call":
+            return ToolCallItem(payload["call_id"], payload["name"], dict(payload["arguments"]))
+        case "tool_result":
+            return ToolResultItem(
+                payload["call_id"], str(payload["output"]), bool(payload.get("is_error"))
+            )
+    return None
+
+
+def item_payload(item: AssistantText | Reasoning | ToolCallItem) -> tuple[str, str, dict[str, Any]]:
+    """(role, kind, payload) for a model output item."""
+    match item:
+        case AssistantText(text=text):
+            return "assistant", "message", {"type": "assistant_text", "text": text}
+        case Reasoning(text=text):
+            return "assistant", "reasoning", {"type": "reasoning", "text": text}
+        case ToolCallItem(call_id=call_id, name=name, arguments=arguments):
+            payload: dict[str, Any] = {"type": "tool_call", "call_id": call_id, "name": name}
+            payload["arguments"] = arguments
+            return "assistant", "tool_call", payload
+
+
+def final_text(entries: Sequence[TranscriptEntry], turn: int) -> str:
+    prefix = f"model:{turn}:"
+    texts = [
+        str(e.payload["text"])
+        for e in entries
+        if e.item_key.startswith(prefix) and e.payload.get("type") == "assistant_text"
+    ]
+    return "\n".join(texts)

@@ -1,0 +1,113 @@
+"""The worker: N concurrent claim-and-tick loops, lease renewal, and the sweeper.
+
+``keel worker`` and ``keel serve`` run this. On stop (SIGTERM) a loop finishes the phase it
+is in, then releases its lease with an immediate next tick, so another worker (or the next
+start) continues the task without waiting for the lease to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+
+from runtime.executor.runner import Runner, TickResult
+from runtime.scheduler import Claimed, Scheduler
+from runtime.store.records import Lease
+
+log = logging.getLogger(__name__)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        runner: Runner,
+        *,
+        concurrency: int = 4,
+        poll_interval_s: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.runner = runner
+        self.concurrency = concurrency
+        self.poll_interval_s = poll_interval_s
+        self.name = name or worker_name()
+        self.stopping = asyncio.Event()
+        self.ticks = 0
+
+    async def run(self) -> None:
+        """Run until ``stop()``; returns once every loop has let go of its task."""
+        self.scheduler.notifier.bind(asyncio.get_running_loop())
+        loops = [
+            asyncio.create_task(self._loop(f"{self.name}/{i}")) for i in range(self.concurrency)
+        ]
+        sweeper = asyncio.create_task(self._sweep_loop())
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.scheduler.notifier.notify()
+
+    async def _loop(self, slot: str) -> None:
+        while not self.stopping.is_set():
+            try:
+                claimed = await self.scheduler.claim_next(slot)
+            except Exception:  # loop boundary: the database may be briefly unavailable
+                log.exception("claim failed; retrying")
+                await asyncio.sleep(self.poll_interval_s)
+                continue
+            if isinstance(claimed, Claimed):
+                await self._drive(claimed.lease)
+            else:
+                await self.scheduler.notifier.wait(self.poll_interval_s)
+
+    async def _drive(self, lease: Lease) -> None:
+        renewer = asyncio.create_task(self._renew(lease))
+        try:
+            result = TickResult("continue", "")
+            while result.status == "continue" and not self.stopping.is_set():
+                result = await self._tick(lease)
+            if result.status == "continue":  # stopping: hand the task on at once
+                await self.scheduler.release(lease, next_tick_at=self.scheduler.clock.now())
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _tick(self, lease: Lease) -> TickResult:
+        try:
+            result = await self.runner.tick(lease)
+        except Exception:  # loop boundary: leave the lease to expire into a recovery
+            log.exception("tick of task %s failed outside any phase", lease.task_id)
+            return TickResult("lost", "")
+        self.ticks += 1
+        return result
+
+    async def _renew(self, lease: Lease) -> None:
+        interval = self.scheduler.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(Exception):
+                if await self.scheduler.renew(lease) is None:
+                    return
+
+    async def _sweep_loop(self) -> None:
+        interval = max(0.5, self.scheduler.lease_seconds / 3)
+        while True:
+            try:
+                await self.scheduler.sweep()
+            except Exception:  # loop boundary: try again next round
+                log.exception("sweep failed")
+            await asyncio.sleep(interval)

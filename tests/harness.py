@@ -1,0 +1,97 @@
+"""An executor stack for tests: real database, scheduler, runner and worker; scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime.clock import SystemClock
+from runtime.config import AgentConfig, AgentLimits
+from runtime.executor.context import ExecutorContext
+from runtime.executor.runner import Runner
+from runtime.models.base import ModelProvider
+from runtime.models.scripted import ScriptedProvider
+from runtime.scheduler import Scheduler
+from runtime.store.engine import Database
+from runtime.store.records import Task
+from runtime.tools.base import Tool
+from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
+from runtime.worker import Worker
+from tests import tools as test_tools
+
+
+@dataclass
+class Stack:
+    db: Database
+    scheduler: Scheduler
+    ctx: ExecutorContext
+    runner: Runner
+    folder: Path
+
+    def worker(self, concurrency: int = 2) -> Worker:
+        return Worker(self.scheduler, self.runner, concurrency=concurrency, poll_interval_s=0.05)
+
+    async def run_until_terminal(self, task_id: str, timeout: float = 30) -> Task:
+        worker = self.worker()
+        running = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    task = await self.scheduler.get(task_id)
+                    if task is not None and task.status.is_terminal and await self._done(task_id):
+                        return task
+                    await asyncio.sleep(0.05)
+        finally:
+            worker.stop()
+            await running
+
+    async def _done(self, task_id: str) -> bool:
+        from runtime.store import runs
+
+        run = await self.db.run(lambda s: runs.load_run(s, task_id))
+        return run is not None and run.phase == "done"
+
+
+def default_tools(folder: Path, scheduler: Scheduler, db: Database) -> dict[str, Tool]:
+    found: list[Tool] = [
+        test_tools.Lookup(folder / "lookups.log"),
+        test_tools.CreateThing(folder / "effects.log"),
+        test_tools.CreateThing(folder / "blind.log", name="create_blind", reconciles=False),
+        test_tools.Sleep(folder),
+        test_tools.Explode(),
+        Delegate(scheduler),
+        WaitForTask(scheduler),
+        PostUpdate(db, scheduler),
+    ]
+    return {t.name: t for t in found}
+
+
+def agent(tool_names: Sequence[str], **limits: Any) -> AgentConfig:
+    return AgentConfig(tools=tuple(tool_names), limits=AgentLimits(**limits))
+
+
+def build_stack(
+    db_url: str,
+    folder: Path,
+    script: Mapping[str, Any] | ModelProvider,
+    *,
+    agents: Mapping[str, AgentConfig] | None = None,
+    lease_seconds: float = 5.0,
+) -> Stack:
+    db = Database.from_url(db_url)
+    scheduler = Scheduler(db, lease_seconds=lease_seconds)
+    provider = script if not isinstance(script, Mapping) else ScriptedProvider.from_dict(script)
+    tools = default_tools(folder, scheduler, db)
+    ctx = ExecutorContext(
+        db=db,
+        scheduler=scheduler,
+        provider=provider,
+        tools=tools,
+        agents=agents or {"default": agent(list(tools))},
+        clock=SystemClock(),
+        poll_interval_s=0.05,
+    )
+    return Stack(db, scheduler, ctx, Runner(ctx), folder)

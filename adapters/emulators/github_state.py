@@ -1,0 +1,265 @@
+"""The GitHub emulator's in-memory world: users, repositories, issues, pulls, checks, tokens.
+
+Tests seed it with the helper methods and read it back (counters of created pulls and
+comments per repository, the request log inherited from ``EmulatorState``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from adapters.emulators.faults import EmulatorState
+
+UserKind = Literal["User", "Bot", "Organization"]
+Permission = Literal["admin", "maintain", "write", "triage", "read", "none"]
+CheckState = Literal[
+    "success",
+    "failure",
+    "neutral",
+    "cancelled",
+    "skipped",
+    "timed_out",
+    "action_required",
+    "queued",
+    "in_progress",
+    "pending",
+]
+StatusState = Literal["success", "failure", "error", "pending"]
+_RUNNING: frozenset[str] = frozenset({"queued", "in_progress", "pending"})
+
+
+@dataclass(slots=True)
+class GitHubUser:
+    login: str
+    user_id: int
+    kind: UserKind = "User"
+
+
+@dataclass(slots=True)
+class Issue:
+    number: int
+    issue_id: int
+    title: str
+    body: str | None
+    user: GitHubUser
+    created_at: float
+    labels: list[str] = field(default_factory=list)
+    state: Literal["open", "closed"] = "open"
+    is_pull: bool = False
+    comment_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IssueComment:
+    comment_id: int
+    issue_number: int
+    body: str
+    user: GitHubUser
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True)
+class PullRequest:
+    number: int
+    pull_id: int
+    title: str
+    body: str | None
+    user: GitHubUser
+    head_owner: str
+    head_ref: str
+    head_sha: str
+    base_ref: str
+    base_sha: str
+    created_at: float
+    draft: bool = False
+    state: Literal["open", "closed"] = "open"
+    merged: bool = False
+
+
+@dataclass(slots=True)
+class CheckRun:
+    check_id: int
+    name: str
+    head_sha: str
+    status: Literal["queued", "in_progress", "completed"]
+    conclusion: str | None
+    started_at: float
+
+
+@dataclass(slots=True)
+class CommitStatus:
+    status_id: int
+    context: str
+    state: StatusState
+    created_at: float
+
+
+@dataclass(slots=True)
+class Reaction:
+    reaction_id: int
+    content: str
+    user: GitHubUser
+    subject: tuple[Literal["issue", "comment"], int]
+    created_at: float
+
+
+@dataclass(slots=True)
+class Repo:
+    owner: GitHubUser
+    name: str
+    repo_id: int
+    default_branch: str = "main"
+    private: bool = False
+    issues: dict[int, Issue] = field(default_factory=dict)
+    comments: dict[int, IssueComment] = field(default_factory=dict)
+    pulls: dict[int, PullRequest] = field(default_factory=dict)
+    permissions: dict[str, Permission] = field(default_factory=dict)
+    branches: dict[str, str] = field(default_factory=dict)
+    checks: dict[str, list[CheckRun]] = field(default_factory=dict)
+    statuses: dict[str, list[CommitStatus]] = field(default_factory=dict)
+    reactions: list[Reaction] = field(default_factory=list)
+    created_pulls: int = 0
+    created_comments: int = 0
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner.login}/{self.name}"
+
+    def next_number(self) -> int:
+        return max([0, *self.issues]) + 1
+
+    def branch_sha(self, branch: str) -> str:
+        """The branch's head; a branch nobody set gets a stable sha from its name."""
+        return self.branches.setdefault(branch, hashlib.sha1(branch.encode()).hexdigest())
+
+
+@dataclass(slots=True)
+class IssuedToken:
+    token: str
+    login: str
+    expires_at: float | None = None
+    installation_id: int | None = None
+    expired: bool = False
+
+    def valid(self, now: float) -> bool:
+        return not self.expired and (self.expires_at is None or self.expires_at > now)
+
+
+@dataclass(slots=True)
+class GitHubState(EmulatorState):
+    """One GitHub: the app Keel runs as, its installation, and seeded repositories."""
+
+    app_id: int = 4242
+    app_slug: str = "keel"
+    installation_id: int = 4343
+    app_public_key: str | None = None
+    token_ttl_s: float = 3600.0
+    users: dict[str, GitHubUser] = field(default_factory=dict)
+    repos: dict[str, Repo] = field(default_factory=dict)
+    tokens: dict[str, IssuedToken] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1001))
+
+    @property
+    def bot_login(self) -> str:
+        return f"{self.app_slug}[bot]"
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def add_user(self, login: str, kind: UserKind = "User") -> GitHubUser:
+        user = self.users.get(login) or GitHubUser(login, self.next_id(), kind)
+        self.users[login] = user
+        return user
+
+    def add_token(self, token: str, login: str) -> None:
+        """A personal access token acting as ``login``."""
+        self.add_user(login)
+        self.tokens[token] = IssuedToken(token, login)
+
+    def issue_installation_token(self, installation_id: int) -> IssuedToken:
+        self.add_user(self.bot_login, "Bot")
+        token = IssuedToken(
+            token=f"ghs_{secrets.token_hex(18)}",
+            login=self.bot_login,
+            expires_at=time.time() + self.token_ttl_s,
+            installation_id=installation_id,
+        )
+        self.tokens[token.token] = token
+        return token
+
+    def expire_token(self, token: str | None = None) -> None:
+        """Make one token (or every token) answer 401 from now on."""
+        for issued in self.tokens.values():
+            if token in (None, issued.token):
+                issued.expired = True
+
+    def add_repo(self, full_name: str, *, default_branch: str = "main") -> Repo:
+        owner_login, name = full_name.split("/", 1)
+        repo = Repo(self.add_user(owner_login), name, self.next_id(), default_branch)
+        repo.branch_sha(default_branch)
+        self.repos[full_name] = repo
+        return repo
+
+    def add_issue(
+        self, full_name: str, title: str, body: str = "", *, user: str, labels: tuple[str, ...] = ()
+    ) -> int:
+        repo = self.repos[full_name]
+        issue = Issue(
+            repo.next_number(),
+            self.next_id(),
+            title,
+            body,
+            self.add_user(user),
+            time.time(),
+            labels=list(labels),
+        )
+        repo.issues[issue.number] = issue
+        return issue.number
+
+    def add_comment(self, full_name: str, number: int, body: str, *, user: str) -> int:
+        """A comment as if a person had written it (not counted in ``comments_created``)."""
+        repo, now = self.repos[full_name], time.time()
+        comment = IssueComment(self.next_id(), number, body, self.add_user(user), now, now)
+        repo.comments[comment.comment_id] = comment
+        repo.issues[number].comment_ids.append(comment.comment_id)
+        return comment.comment_id
+
+    def set_permission(self, full_name: str, login: str, permission: Permission) -> None:
+        self.add_user(login)
+        self.repos[full_name].permissions[login] = permission
+
+    def set_branch(self, full_name: str, branch: str, sha: str) -> None:
+        self.repos[full_name].branches[branch] = sha
+
+    def set_checks(self, full_name: str, sha: str, runs: list[tuple[str, CheckState]]) -> None:
+        """Replace the check runs on ``sha``: ``[("test", "success"), ("lint", "in_progress")]``."""
+        self.repos[full_name].checks[sha] = [
+            CheckRun(
+                self.next_id(),
+                name,
+                sha,
+                "in_progress" if outcome in _RUNNING else "completed",
+                None if outcome in _RUNNING else outcome,
+                time.time(),
+            )
+            for name, outcome in runs
+        ]
+
+    def set_statuses(
+        self, full_name: str, sha: str, statuses: list[tuple[str, StatusState]]
+    ) -> None:
+        self.repos[full_name].statuses[sha] = [
+            CommitStatus(self.next_id(), context, state, time.time()) for context, state in statuses
+        ]
+
+    def pulls_created(self, full_name: str) -> int:
+        return self.repos[full_name].created_pulls
+
+    def comments_created(self, full_name: str) -> int:
+        return self.repos[full_name].created_comments

@@ -5,8 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from runtime.store.engine import Database, make_engine
 from runtime.store.migrate import upgrade
+from tests.databases import PG_ENV, admin_url, drop_pg, fresh_pg
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -59,17 +59,9 @@ def _loopback_only() -> Iterator[None]:
 # -- databases: every storage test runs on SQLite and on PostgreSQL --------------------------
 
 
-PG_ENV = "KEEL_TEST_DATABASE_URL"
-
-
-def _admin_url() -> str | None:
-    url = os.environ.get(PG_ENV)
-    return str(make_url(url).set(drivername="postgresql+psycopg")) if url else None
-
-
 @pytest.fixture(scope="session")
 def _pg_template() -> Iterator[str | None]:
-    admin = _admin_url()
+    admin = admin_url()
     if admin is None:
         yield None
         return
@@ -82,26 +74,6 @@ def _pg_template() -> Iterator[str | None]:
     upgrade(migrated)
     migrated.dispose()
     yield name
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
-
-
-def _fresh_pg(template: str) -> tuple[str, str]:
-    admin = _admin_url()
-    assert admin is not None
-    name = f"keel_t_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-    engine.dispose()
-    return name, str(make_url(admin).set(database=name))
-
-
-def _drop_pg(name: str) -> None:
-    admin = _admin_url()
-    assert admin is not None
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     engine.dispose()
@@ -123,9 +95,9 @@ def db_url(
         if os.environ.get("KEEL_REQUIRE_POSTGRES"):
             pytest.fail(f"{PG_ENV} is required here but not set")
         pytest.skip(f"PostgreSQL not configured ({PG_ENV} unset)")
-    name, url = _fresh_pg(_pg_template)
+    name, url = fresh_pg(_pg_template)
     yield url
-    _drop_pg(name)
+    drop_pg(name)
 
 
 @pytest.fixture
@@ -133,3 +105,33 @@ def database(db_url: str) -> Iterator[Database]:
     db = Database.from_url(db_url)
     yield db
     db.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, _pg_template: str | None
+) -> Iterator[Callable[[], str]]:
+    """Makes as many fresh, migrated databases of one engine as a test needs."""
+    made: list[str] = []
+    if request.param == "postgresql" and _pg_template is None:
+        if os.environ.get("KEEL_REQUIRE_POSTGRES"):
+            pytest.fail(f"{PG_ENV} is required here but not set")
+        pytest.skip(f"PostgreSQL not configured ({PG_ENV} unset)")
+
+    def make() -> str:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / f'db{len(made)}.db'}"
+            engine = make_engine(url)
+            upgrade(engine)
+            engine.dispose()
+            made.append(url)
+            return url
+        assert _pg_template is not None
+        name, url = fresh_pg(_pg_template)
+        made.append(name)
+        return url
+
+    yield make
+    if request.param == "postgresql":
+        for name in made:
+            drop_pg(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,3 +96,36 @@ def build_stack(
         poll_interval_s=0.05,
     )
     return Stack(db, scheduler, ctx, Runner(ctx), folder)
+
+
+class ChildAware:
+    """Scripted provider that fills the child's id into wait_for_task from the transcript."""
+
+    def __init__(self, script: dict[str, Any]) -> None:
+        from runtime.models.scripted import ScriptedProvider
+
+        self.inner = ScriptedProvider.from_dict(script)
+
+    async def complete(self, request: Any) -> Any:
+        from runtime.models.base import ModelResponse, ToolCallItem, ToolResultItem
+
+        response = await self.inner.complete(request)
+        child = next(
+            (
+                json.loads(i.output)["task_id"]
+                for i in request.items
+                if isinstance(i, ToolResultItem) and "task_id" in i.output
+            ),
+            "",
+        )
+        items = tuple(
+            ToolCallItem(
+                i.call_id,
+                i.name,
+                {k: (child if v == "{child}" else v) for k, v in i.arguments.items()},
+            )
+            if isinstance(i, ToolCallItem)
+            else i
+            for i in response.items
+        )
+        return ModelResponse(items)

@@ -152,7 +152,8 @@ def _retry_model(run: Run, error: Retryable) -> Transition:
         return goto(run, "report_failure", state=state)
     delay = error.retry_after_s if error.retry_after_s is not None else min(30.0, 0.2 * 2**retries)
     state = {**run.state, "model_retries": retries}
-    return goto(run, "call_model", state=state, after="delay", delay_s=delay)
+    # Back through the scheduler check, so input that arrives meanwhile is seen on the retry.
+    return goto(run, "check_scheduler", state=state, after="delay", delay_s=delay)
 
 
 async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transition:

@@ -9,7 +9,7 @@ from typing import Any
 from runtime.store import runs
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
-from tests.harness import Stack, agent, build_stack
+from tests.harness import ChildAware, Stack, agent, build_stack
 
 
 def _call(name: str, **args: Any) -> dict[str, Any]:
@@ -194,7 +194,7 @@ async def test_delegated_child_is_awaited_and_its_result_returned(
             },
         ]
     }
-    stack = build_stack(db_url, tmp_path, _ChildAware(script))
+    stack = build_stack(db_url, tmp_path, ChildAware(script))
     task = (await stack.scheduler.schedule(make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
@@ -225,39 +225,6 @@ async def test_deadline_then_late_result_keeps_first_result(db_url: str, tmp_pat
     [call] = await _calls(stack, task.task_id)
     assert call.outcome == "deadline"
     assert call.late_reports == 1
-
-
-class _ChildAware:
-    """Scripted provider that fills the child's id into wait_for_task from the transcript."""
-
-    def __init__(self, script: dict[str, Any]) -> None:
-        from runtime.models.scripted import ScriptedProvider
-
-        self.inner = ScriptedProvider.from_dict(script)
-
-    async def complete(self, request: Any) -> Any:
-        from runtime.models.base import ModelResponse, ToolCallItem, ToolResultItem
-
-        response = await self.inner.complete(request)
-        child = next(
-            (
-                json.loads(i.output)["task_id"]
-                for i in request.items
-                if isinstance(i, ToolResultItem) and "task_id" in i.output
-            ),
-            "",
-        )
-        items = tuple(
-            ToolCallItem(
-                i.call_id,
-                i.name,
-                {k: (child if v == "{child}" else v) for k, v in i.arguments.items()},
-            )
-            if isinstance(i, ToolCallItem)
-            else i
-            for i in response.items
-        )
-        return ModelResponse(items)
 
 
 async def _wait_for(predicate: Any, timeout: float = 10) -> None:
@@ -321,7 +288,7 @@ async def test_ancestor_cancel_stops_child_at_its_next_checkpoint(
             },
         ]
     }
-    stack = build_stack(db_url, tmp_path, _ChildAware(script))
+    stack = build_stack(db_url, tmp_path, ChildAware(script))
     root = (await stack.scheduler.schedule(make_spec())).task
     worker = stack.worker()
     running = asyncio.create_task(worker.run())

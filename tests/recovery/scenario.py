@@ -1,0 +1,186 @@
+"""The crash scenario: a scripted task of five turns touching every kind of tool.
+
+Turn 0 reads in parallel, turn 1 makes two writes (one reconcilable, one not), turn 2 waits
+on external work and delegates a child, turn 3 waits for the child, turn 4 needs the mailbox
+message that arrives mid-run, then answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from runtime.scheduler import Scheduler
+from runtime.store import runs
+from runtime.store.engine import Database
+from runtime.store.models import MailboxMessageRow, TaskRow
+from runtime.store.records import TaskStatus
+from tests.factories import make_spec, text_part
+
+
+def _call(name: str, **args: Any) -> dict[str, Any]:
+    return {"name": name, "args": args}
+
+
+SCRIPT: dict[str, Any] = {
+    "scripts": [
+        {
+            "match": "Goal: inspect logs",
+            "turns": [
+                {"tool_calls": [_call("lookup", key="log")]},
+                {"say": "the logs show a race"},
+            ],
+        },
+        {
+            "turns": [
+                {"tool_calls": [_call("lookup", key="a"), _call("lookup", key="b")]},
+                {
+                    "tool_calls": [
+                        _call("create_thing", title="pull request"),
+                        _call("create_blind", title="comment"),
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        _call("sleep", seconds=0.3),
+                        _call("delegate", goal="inspect logs"),
+                    ]
+                },
+                {"tool_calls": [_call("wait_for_task", task_id="{child}")]},
+                {"wait_seen": ["<mailbox_update>"], "say": "fixed it; see the pull request"},
+            ]
+        },
+    ]
+}
+
+FOLLOW_UP = "it only fails on Safari"
+
+
+@dataclass
+class Outcome:
+    status: TaskStatus
+    effects: list[str]
+    blind: list[str]
+    children: int
+    mailbox_items: int
+    mailbox_messages: int
+    result_order_ok: bool
+    interrupted: list[str]
+
+
+def _spawn(
+    db_url: str, folder: Path, fault: str | None, trace: Path | None
+) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_FAULT")}
+    if fault:
+        env["KEEL_FAULT"] = fault
+    if trace:
+        env["KEEL_FAULT_TRACE"] = str(trace)
+    script = folder / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.recovery.worker_main", db_url, str(folder), str(script)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(folder / "worker.err").open("ab"),
+    )
+
+
+async def run_scenario(
+    db_url: str,
+    folder: Path,
+    *,
+    fault: str | None = None,
+    trace: Path | None = None,
+    timeout: float = 60,
+) -> Outcome:
+    """Run the task with an optional kill point, restart after a kill, wait for the end."""
+    folder.mkdir(parents=True, exist_ok=True)
+    db = Database.from_url(db_url)
+    scheduler = Scheduler(db)
+    task = (await scheduler.schedule(make_spec(message="fix the flaky checkout test"))).task
+    worker = _spawn(db_url, folder, fault, trace)
+    appended = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            run = await db.run(lambda s: runs.load_run(s, task.task_id))
+            if not appended and run is not None and (run.turn >= 1 or worker.poll() is not None):
+                await scheduler.append_mailbox(
+                    task.task_id, "followup-1", [text_part(FOLLOW_UP)], "U1"
+                )
+                appended = True
+            if worker.poll() is not None:  # killed at the fault point: start again, no fault
+                worker = _spawn(db_url, folder, None, None)
+            if run is not None and run.phase == "done":
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise TimeoutError(f"task did not finish; fault={fault}")
+    finally:
+        (folder / "stop").write_text("")
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.send_signal(signal.SIGKILL)
+        (folder / "stop").unlink()
+    outcome = await _observe(db, task.task_id, folder)
+    db.close()
+    return outcome
+
+
+async def _observe(db: Database, task_id: str, folder: Path) -> Outcome:
+    def read(session: Any) -> tuple[Any, ...]:
+        task = session.get(TaskRow, task_id)
+        children = session.execute(
+            select(func.count()).select_from(TaskRow).where(TaskRow.parent_id == task_id)
+        ).scalar_one()
+        messages = session.execute(
+            select(func.count())
+            .select_from(MailboxMessageRow)
+            .where(MailboxMessageRow.task_id == task_id)
+        ).scalar_one()
+        return (
+            task,
+            children,
+            messages,
+            runs.transcript(session, task_id),
+            runs.all_calls(session, task_id),
+        )
+
+    task, children, messages, entries, calls = await db.run(read)
+    keys = [e.item_key for e in entries]
+    order_ok = True
+    for turn in {c.turn for c in calls}:
+        expected = [
+            f"result:{c.call_id}" for c in sorted(calls, key=lambda c: c.idx) if c.turn == turn
+        ]
+        seen = [k for k in keys if k in expected]
+        order_ok = order_ok and seen == expected
+
+    def lines(name: str) -> list[str]:
+        path = folder / name
+        return path.read_text().splitlines() if path.exists() else []
+
+    return Outcome(
+        status=TaskStatus(task.status),
+        effects=[line for line in lines("effects.log") if line.startswith(task_id)],
+        blind=lines("blind.log"),
+        children=children,
+        mailbox_items=len([k for k in keys if k.startswith("mbx:")]),
+        mailbox_messages=messages,
+        result_order_ok=order_ok,
+        interrupted=[c.name for c in calls if c.outcome == "interrupted"],
+    )

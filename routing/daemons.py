@@ -1,0 +1,255 @@
+"""Daemons: configured persistent roles that own a class of events.
+
+A daemon is defined in app.yaml (``daemons.roles``) or in a repository's
+``.agents/daemons/<id>/DAEMON.md`` (YAML front matter, the body is the brief). This module
+owns the routing-side definition, reading DAEMON.md files, and matching a Signal against
+the watch rules. Each daemon owns one long-lived Task under the objective key
+``daemon:{id}``; the apply step creates it on the first matched event and appends later ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from routing.config import DaemonConfig, WatchRule
+from routing.signal import Signal
+from runtime.config import AgentLimits
+from runtime.errors import ConfigError
+
+DAEMON_FILE = "DAEMON.md"
+FRONT_MATTER_KEYS = ("id", "purpose", "watch", "routines", "deny", "schedule")
+REQUIRED_KEYS = ("id", "purpose", "watch")
+_ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+class DaemonFileError(ConfigError):
+    """A DAEMON.md that cannot be used; the message names the file and the offending key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """One class of event; every field that is set must match."""
+
+    provider: str
+    kind: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    conclusion: str | None = None
+    label: str | None = None
+    pattern: str | None = None
+
+    def matches(self, signal: Signal) -> bool:
+        detail = signal.detail
+        return (
+            self.provider == signal.provider
+            and (self.kind is None or self.kind in (signal.kind, detail.get("event")))
+            and (self.repo is None or self.repo.lower() == (signal.repo or "").lower())
+            and (self.branch is None or _branch_matches(self.branch, detail))
+            and (self.conclusion is None or self.conclusion == detail.get("conclusion"))
+            and (self.label is None or self.label in _labels(detail))
+            and (self.pattern is None or re.search(self.pattern, signal.text) is not None)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonDefinition:
+    daemon_id: str
+    purpose: str
+    watch: tuple[Watch, ...]
+    agent: str = "default"
+    deny: tuple[str, ...] = ()
+    routines: tuple[str, ...] = ()
+    schedule: str | None = None
+    brief: str = ""
+    limits: AgentLimits | None = None
+    source: str = "app.yaml"
+
+    @property
+    def objective_key(self) -> str:
+        return daemon_objective(self.daemon_id)
+
+    def watches(self, signal: Signal) -> bool:
+        return any(rule.matches(signal) for rule in self.watch)
+
+
+def daemon_objective(daemon_id: str) -> str:
+    return f"daemon:{daemon_id}"
+
+
+def matching_daemons(
+    signal: Signal, daemons: Iterable[DaemonDefinition]
+) -> tuple[DaemonDefinition, ...]:
+    """The daemons whose watch rules claim this signal, in definition order."""
+    return tuple(d for d in daemons if d.watches(signal))
+
+
+def daemon_from_config(config: DaemonConfig) -> DaemonDefinition:
+    return DaemonDefinition(
+        daemon_id=config.id,
+        purpose=config.purpose,
+        watch=tuple(_watch(rule) for rule in config.watch),
+        agent=config.agent,
+        deny=config.deny,
+        limits=config.limits,
+    )
+
+
+def parse_daemon_file(
+    text: str, *, source: str, repo: str | None = None, agent: str = "default"
+) -> DaemonDefinition:
+    """A DAEMON.md: front matter with exactly the known keys, then the brief.
+
+    A watch rule without a ``repo`` is scoped to the repository the file came from, so a
+    daemon defined in one repository never claims another repository's events.
+    """
+    front, brief = _split_front_matter(text, source)
+    _check_keys(front, source)
+    daemon_id = _daemon_id(front["id"], source)
+    rules = _watch_rules(front["watch"], source)
+    return DaemonDefinition(
+        daemon_id=daemon_id,
+        purpose=_text(front["purpose"], "purpose", source),
+        watch=tuple(replace(r, repo=r.repo or repo) for r in rules),
+        agent=agent,
+        deny=_names(front.get("deny"), "deny", source),
+        routines=_names(front.get("routines"), "routines", source),
+        schedule=_optional_text(front.get("schedule"), "schedule", source),
+        brief=brief.strip(),
+        source=source,
+    )
+
+
+def load_repo_daemons(
+    root: Path, *, repo: str | None = None, agent: str = "default"
+) -> tuple[DaemonDefinition, ...]:
+    """Every ``.agents/daemons/<id>/DAEMON.md`` under a checkout; the folder names the id."""
+    base = root / ".agents" / "daemons"
+    if not base.is_dir():
+        return ()
+    found = []
+    for path in sorted(base.glob(f"*/{DAEMON_FILE}")):
+        source = str(path.relative_to(root))
+        daemon = parse_daemon_file(_read(path, source), source=source, repo=repo, agent=agent)
+        if daemon.daemon_id != path.parent.name:
+            raise DaemonFileError(
+                f"{source}: id {daemon.daemon_id!r} does not match its folder "
+                f"{path.parent.name!r}"
+            )
+        found.append(daemon)
+    return tuple(found)
+
+
+# -- DAEMON.md parsing ----------------------------------------------------------------------
+
+
+def _read(path: Path, source: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DaemonFileError(f"{source}: cannot read ({e})") from e
+
+
+def _split_front_matter(text: str, source: str) -> tuple[Mapping[str, Any], str]:
+    lines = text.lstrip("\ufeff").splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        raise DaemonFileError(f"{source}: must start with a '---' front-matter line")
+    end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
+    if end is None:
+        raise DaemonFileError(f"{source}: front matter has no closing '---' line")
+    try:
+        front = yaml.safe_load("".join(lines[1:end]))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        raise DaemonFileError(f"{source}: invalid YAML front matter{where}") from None
+    if not isinstance(front, dict):
+        raise DaemonFileError(f"{source}: front matter must be a mapping of keys")
+    return front, "".join(lines[end + 1 :])
+
+
+def _check_keys(front: Mapping[str, Any], source: str) -> None:
+    allowed = ", ".join(FRONT_MATTER_KEYS)
+    unknown = [str(key) for key in front if key not in FRONT_MATTER_KEYS]
+    if unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        raise DaemonFileError(
+            f"{source}: unknown front-matter key {names} (allowed keys: {allowed})"
+        )
+    missing = [key for key in REQUIRED_KEYS if front.get(key) is None]
+    if missing:
+        raise DaemonFileError(f"{source}: missing front-matter key {', '.join(missing)}")
+
+
+def _daemon_id(value: object, source: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value) or len(value) > 64:
+        raise DaemonFileError(
+            f"{source}: id: must be lowercase letters, digits, '-' or '_' (at most 64)"
+        )
+    return value
+
+
+def _watch_rules(value: object, source: str) -> tuple[Watch, ...]:
+    if not isinstance(value, list) or not value:
+        raise DaemonFileError(f"{source}: watch: must list at least one rule")
+    rules = []
+    for index, item in enumerate(value):
+        try:
+            rules.append(_watch(WatchRule.model_validate(item)))
+        except ValidationError as e:
+            first = e.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            key = f"watch[{index}].{where}" if where else f"watch[{index}]"
+            message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+            raise DaemonFileError(f"{source}: {key}: {message}") from None
+    return tuple(rules)
+
+
+def _watch(rule: WatchRule) -> Watch:
+    return Watch(
+        provider=rule.provider,
+        kind=rule.kind,
+        repo=rule.repo,
+        branch=rule.branch,
+        conclusion=rule.conclusion,
+        label=rule.label,
+        pattern=rule.pattern,
+    )
+
+
+def _text(value: object, key: str, source: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DaemonFileError(f"{source}: {key}: must be non-empty text")
+    return value.strip()
+
+
+def _optional_text(value: object, key: str, source: str) -> str | None:
+    return None if value is None else _text(value, key, source)
+
+
+def _names(value: object, key: str, source: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise DaemonFileError(f"{source}: {key}: must be a list of names")
+    return tuple(value)
+
+
+# -- matching -------------------------------------------------------------------------------
+
+
+def _branch_matches(pattern: str, detail: Mapping[str, Any]) -> bool:
+    branch = detail.get("head_branch")
+    return isinstance(branch, str) and fnmatchcase(branch, pattern)
+
+
+def _labels(detail: Mapping[str, Any]) -> tuple[str, ...]:
+    labels = detail.get("labels") or ()
+    return tuple(str(label) for label in labels)

@@ -1,0 +1,176 @@
+"""The routing policy: who may trigger Keel, what counts as a stop or a forced new task,
+which repository a request is about, and which daemons own which events.
+
+Built once by the composition root from plain configuration values, so routing never
+imports the adapters' configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, get_args
+
+from routing.config import DaemonsConfig, RoutingConfig
+from routing.daemons import DaemonDefinition, daemon_from_config
+from routing.signal import Actor, Signal
+
+Permission = Literal["read", "triage", "write", "maintain", "admin"]
+PERMISSIONS: tuple[Permission, ...] = get_args(Permission)
+
+_NO_REPOS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingPolicy:
+    """Empty Slack allow-lists mean "everyone"; GitHub needs at least ``github_min_permission``."""
+
+    slack_allowed_channels: frozenset[str] = frozenset()
+    slack_allowed_users: frozenset[str] = frozenset()
+    github_min_permission: Permission = "write"
+    allowed_bots: frozenset[str] = frozenset()
+    join_thread_replies: bool = True
+    new_task_prefix: str = "new:"
+    stop_words: frozenset[str] = frozenset({"stop", "cancel"})
+    stop_reaction: str = "octagonal_sign"
+    channel_repos: Mapping[str, str] = field(default_factory=lambda: _NO_REPOS)
+    default_repo: str | None = None
+    daemons: tuple[DaemonDefinition, ...] = ()
+    default_agent: str = "default"
+    # Our own identities beyond what the adapter marks as is_self: a CI run created by our
+    # App, or an event whose sender is our login, was caused by us.
+    self_logins: frozenset[str] = frozenset()
+    self_app_ids: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_config(
+        cls,
+        routing: RoutingConfig,
+        daemons: DaemonsConfig,
+        *,
+        slack_allowed_channels: Iterable[str] = (),
+        slack_allowed_users: Iterable[str] = (),
+        github_min_permission: str = "write",
+        github_allowed_bots: Iterable[str] = (),
+        github_bot_login: str | None = None,
+        github_app_id: int | None = None,
+        repo_daemons: Iterable[DaemonDefinition] = (),
+        default_agent: str = "default",
+    ) -> RoutingPolicy:
+        return cls(
+            slack_allowed_channels=frozenset(slack_allowed_channels),
+            slack_allowed_users=frozenset(slack_allowed_users),
+            github_min_permission=_permission(github_min_permission),
+            allowed_bots=frozenset(name.lower() for name in github_allowed_bots),
+            join_thread_replies=routing.join_thread_replies,
+            new_task_prefix=routing.new_task_prefix,
+            stop_words=frozenset(routing.stop_words),
+            stop_reaction=routing.stop_reaction,
+            channel_repos=MappingProxyType(dict(routing.channel_repos)),
+            default_repo=routing.default_repo,
+            daemons=_unique((*map(daemon_from_config, daemons.roles), *repo_daemons)),
+            default_agent=default_agent,
+            self_logins=_self_logins(github_bot_login),
+            self_app_ids=frozenset({github_app_id} if github_app_id is not None else ()),
+        )
+
+    def is_authorised(self, signal: Signal) -> bool:
+        """Allow-listed bots are trusted by name, so they skip the per-person checks."""
+        actor = signal.actor
+        if actor.is_bot and not self._bot_allowed(actor):
+            return False
+        match signal.provider:
+            case "slack":
+                return self._slack_channel_allows(signal) and (
+                    actor.is_bot or self._slack_user_allows(actor)
+                )
+            case "github":
+                return actor.is_bot or self._github_allows(actor)
+
+    def caused_by_us(self, signal: Signal) -> bool:
+        if signal.actor.is_self:
+            return True
+        sender = signal.detail.get("sender_login")
+        app_id = signal.detail.get("app_id")
+        return (isinstance(sender, str) and sender.lower() in self.self_logins) or (
+            app_id in self.self_app_ids
+        )
+
+    def is_stop(self, signal: Signal) -> bool:
+        if signal.kind == "reaction":
+            return signal.detail.get("reaction") == self.stop_reaction
+        word = signal.text.strip().lower().rstrip(".!?")
+        return signal.command == "stop" or word in self.stop_words
+
+    def forced_new(self, text: str) -> str | None:
+        """The request without the ``new:`` prefix, if the text starts with it."""
+        stripped = text.strip()
+        prefix = self.new_task_prefix.lower()
+        if not stripped.lower().startswith(prefix):
+            return None
+        return stripped[len(prefix) :].strip()
+
+    def repo_for(self, provider: str, thread_ref: str | None) -> str | None:
+        """The repository a request is about, from its thread: channel map or GitHub repo."""
+        if thread_ref is None:
+            return self.default_repo
+        body = thread_ref.partition(":")[2]
+        match provider:
+            case "slack":
+                parts = body.split("/")
+                channel = parts[1] if len(parts) > 1 else ""
+                return self.channel_repos.get(channel, self.default_repo)
+            case "github":
+                repo = body.split("#")[0].split("@")[0]
+                return repo or self.default_repo
+            case _:
+                return self.default_repo
+
+    def _bot_allowed(self, actor: Actor) -> bool:
+        return actor.name.lower() in self.allowed_bots or actor.id.lower() in self.allowed_bots
+
+    def _slack_channel_allows(self, signal: Signal) -> bool:
+        channel = signal.detail.get("channel")
+        return not self.slack_allowed_channels or channel in self.slack_allowed_channels
+
+    def _slack_user_allows(self, actor: Actor) -> bool:
+        return not self.slack_allowed_users or actor.id in self.slack_allowed_users
+
+    def _github_allows(self, actor: Actor) -> bool:
+        if actor.permission is None:
+            # Anyone who can see the repository can read it; beyond that it must be proven.
+            return self.github_min_permission == "read"
+        if actor.permission not in PERMISSIONS:
+            return False
+        return rank(actor.permission) >= rank(self.github_min_permission)
+
+
+def rank(permission: str) -> int:
+    return PERMISSIONS.index(_permission(permission))
+
+
+def _permission(value: str) -> Permission:
+    for permission in PERMISSIONS:
+        if permission == value:
+            return permission
+    raise ValueError(f"unknown permission {value!r} (one of {', '.join(PERMISSIONS)})")
+
+
+def _self_logins(login: str | None) -> frozenset[str]:
+    if not login:
+        return frozenset()
+    bare = login.lower().removesuffix("[bot]")
+    return frozenset({bare, f"{bare}[bot]"})
+
+
+def _unique(daemons: tuple[DaemonDefinition, ...]) -> tuple[DaemonDefinition, ...]:
+    seen: dict[str, DaemonDefinition] = {}
+    for daemon in daemons:
+        if daemon.daemon_id in seen:
+            first = seen[daemon.daemon_id].source
+            raise ValueError(
+                f"daemon {daemon.daemon_id!r} is defined twice ({first} and {daemon.source})"
+            )
+        seen[daemon.daemon_id] = daemon
+    return daemons

@@ -1,0 +1,179 @@
+"""The routing decision: which one owner a Signal goes to, as a pure function.
+
+``decide(signal, view, policy)`` reads only its arguments. The apply step (``routing/apply.py``)
+takes the snapshot (``RoutingView``) in the same transaction that stores the Signal, then
+performs the returned Route and records what happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from routing.daemons import DaemonDefinition, matching_daemons
+from routing.policy import RoutingPolicy
+from routing.signal import DropReason, Signal
+from runtime.ids import TaskId
+from runtime.store.records import Task, TaskStatus
+
+# Kinds in which a message sits in a conversation that may already have an owner.
+_REPLY_KINDS = frozenset({"thread_reply", "issue_comment", "review_comment"})
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """What routing knows about a task when it decides."""
+
+    task_id: TaskId
+    status: TaskStatus
+    origin_thread_ref: str | None = None
+    objective_key: str | None = None
+    requested_by: str | None = None
+
+    @classmethod
+    def of(cls, task: Task) -> TaskView:
+        return cls(
+            task_id=task.task_id,
+            status=task.status,
+            origin_thread_ref=task.origin_thread_ref,
+            objective_key=task.objective_key,
+            requested_by=task.requested_by,
+        )
+
+
+_NO_DAEMON_TASKS: Mapping[str, TaskView] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingView:
+    """The snapshot a decision is made on.
+
+    ``active_task`` is the live owner of the signal's objective key; ``latest_task`` the most
+    recent task of that objective if it is terminal (a follow-up "follows" it);
+    ``daemon_tasks`` the live task of each daemon, by daemon id.
+    """
+
+    active_task: TaskView | None = None
+    latest_task: TaskView | None = None
+    is_duplicate: bool = False
+    daemon_tasks: Mapping[str, TaskView] = field(default_factory=lambda: _NO_DAEMON_TASKS)
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    task: TaskView
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    objective_key: str
+    message: str
+    agent: str = "default"
+    follows: TaskView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    reason: DropReason
+    detail: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    """A daemon owns the event: append to its live task, or start its next activation."""
+
+    name: str
+    agent: str
+    objective_key: str
+    task: TaskView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    task: TaskView
+
+
+Route = Append | NewTask | Drop | Daemon | Stop
+
+
+def decide(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Route:
+    # Never answer ourselves: our own posts, pushes and CI runs come back as events.
+    if policy.caused_by_us(signal):
+        return Drop("self_generated", "caused by us")
+    if view.is_duplicate:
+        return Drop("duplicate", f"fact {signal.dedupe_key} already stored")
+    unroutable = _unroutable_kind(signal)
+    if unroutable is not None:
+        return unroutable
+    daemons = matching_daemons(signal, policy.daemons)
+    if daemons:
+        return _to_daemon(daemons[0], view)
+    route = _for_person(signal, view, policy)
+    # Asked only of a signal that would act: "unauthorised" names someone refused, while a
+    # remark nobody addressed to us stays "not_addressed" whoever wrote it.
+    if not isinstance(route, Drop) and not policy.is_authorised(signal):
+        return Drop("unauthorised", f"{signal.provider} actor {signal.actor.name}")
+    return route
+
+
+def _unroutable_kind(signal: Signal) -> Drop | None:
+    match signal.kind:
+        case "edit":
+            return Drop("edited", "edits do not re-run a request")
+        case "other":
+            return Drop("unsupported", "kind other")
+        case _:
+            return None
+
+
+def _to_daemon(daemon: DaemonDefinition, view: RoutingView) -> Daemon:
+    return Daemon(
+        name=daemon.daemon_id,
+        agent=daemon.agent,
+        objective_key=daemon.objective_key,
+        task=view.daemon_tasks.get(daemon.daemon_id),
+    )
+
+
+def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Route:
+    active = view.active_task
+    if policy.is_stop(signal):
+        if active is None:
+            return Drop("not_addressed", "stop with no active task")
+        return Stop(active)
+    if signal.kind == "reaction":
+        return Drop("not_addressed", "a reaction is not a request")
+    joins = active is not None and _joins(signal, active, policy)
+    if not (signal.addresses_bot or joins):
+        return Drop("not_addressed", f"{signal.kind} without a mention")
+    forced = policy.forced_new(signal.text)
+    if forced is not None:
+        return _forced_new(signal, forced, active, policy)
+    if active is not None and joins:
+        return Append(active, key=signal.dedupe_key)
+    return NewTask(
+        objective_key=signal.objective_key,
+        message=signal.text,
+        agent=policy.default_agent,
+        follows=view.latest_task,
+    )
+
+
+def _forced_new(
+    signal: Signal, message: str, active: TaskView | None, policy: RoutingPolicy
+) -> NewTask:
+    # Same thread, separate objective: the key gets a suffix so later replies keep joining
+    # the thread's existing owner rather than colliding with it.
+    objective = signal.objective_key
+    if active is not None:
+        objective = f"{objective}+{signal.dedupe_key}"
+    return NewTask(objective_key=objective, message=message, agent=policy.default_agent)
+
+
+def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:
+    if signal.addresses_bot:
+        return True
+    in_own_thread = signal.kind in _REPLY_KINDS and signal.thread_ref == task.origin_thread_ref
+    return policy.join_thread_replies and in_own_thread

@@ -1,0 +1,291 @@
+"""Signal and RouteAttempt SQL: admitting a Signal exactly once and recording its route.
+
+Every function takes an open Session inside a transaction. ``admit`` stores a Signal and its
+decision in one transaction: the unique constraints on (provider, delivery_id) and dedupe_key
+are the authority (``ON CONFLICT DO NOTHING``), the reads before the insert only classify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from runtime.ids import SignalId, TaskId, new_signal_id
+from runtime.store import tasks as q
+from runtime.store.models import RouteAttemptRow, SignalRow, TaskRow
+from runtime.store.records import TERMINAL, Task
+
+PENDING = "pending"
+_TERMINAL = [status.value for status in TERMINAL]
+
+
+@dataclass(frozen=True, slots=True)
+class SignalFacts:
+    """What an incoming Signal stores; the decision comes from the caller's verdict."""
+
+    provider: str
+    delivery_id: str
+    dedupe_key: str
+    kind: str
+    thread_ref: str | None
+    objective_key: str | None
+    actor: Mapping[str, Any]
+    text: str
+    received_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    signal_id: SignalId
+    provider: str
+    delivery_id: str
+    dedupe_key: str
+    kind: str
+    thread_ref: str | None
+    objective_key: str | None
+    actor: Mapping[str, Any]
+    text: str
+    decision: str
+    reason: str | None
+    task_id: TaskId | None
+    received_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAttempt:
+    signal_id: SignalId
+    attempt: int
+    target_task_id: TaskId | None
+    idempotency_key: str
+    outcome: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectiveState:
+    """The live owner of an objective key, and its latest task if that one is terminal."""
+
+    active: Task | None
+    latest_terminal: Task | None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the decision reads: whether the fact is already stored, and each objective's state."""
+
+    is_duplicate: bool
+    objectives: Mapping[str, ObjectiveState]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to store with the Signal. ``decision == "pending"`` means an effect follows."""
+
+    decision: str
+    reason: str | None = None
+    task_id: str | None = None
+    objective_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    record: SignalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Redelivered:
+    """The same delivery was stored before; its record as it stands."""
+
+    record: SignalRecord
+
+
+Choose = Callable[[Admission], Verdict]
+
+
+def admit(
+    session: Session, facts: SignalFacts, objective_keys: Sequence[str], choose: Choose
+) -> Admitted | Redelivered:
+    """Store the Signal with the verdict ``choose`` gives on a snapshot read in this transaction.
+
+    A second fact under the same dedupe key (another delivery of one message) is stored too,
+    under a per-delivery key, so it is recorded and never acted on twice.
+    """
+    for _ in range(3):
+        earlier = _by_delivery(session, facts.provider, facts.delivery_id)
+        if earlier is not None:
+            return Redelivered(to_record(earlier))
+        is_duplicate = _by_dedupe_key(session, facts.dedupe_key) is not None
+        states = {key: objective_state(session, key) for key in dict.fromkeys(objective_keys)}
+        verdict = choose(Admission(is_duplicate, MappingProxyType(states)))
+        key = f"dup:{facts.provider}:{facts.delivery_id}" if is_duplicate else facts.dedupe_key
+        inserted = _insert(session, facts, key, verdict)
+        if inserted is not None:
+            return Admitted(inserted)
+    # Each conflict means a concurrent writer committed, which the next read sees.
+    raise RuntimeError(f"signal {facts.provider}:{facts.delivery_id} kept conflicting")
+
+
+def objective_state(session: Session, objective_key: str) -> ObjectiveState:
+    """Root tasks only: a delegated child never owns a thread's objective."""
+    roots = select(TaskRow).where(
+        TaskRow.objective_key == objective_key, TaskRow.parent_id.is_(None)
+    )
+    newest_first = roots.order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
+    active = session.scalars(newest_first.where(TaskRow.status.not_in(_TERMINAL)).limit(1)).first()
+    latest = session.scalars(newest_first.limit(1)).first()
+    terminal = latest if latest is not None and latest.status in _TERMINAL else None
+    return ObjectiveState(
+        active=q.to_task(active) if active is not None else None,
+        latest_terminal=q.to_task(terminal) if terminal is not None else None,
+    )
+
+
+def set_decision(
+    session: Session, signal_id: str, decision: str, reason: str | None, task_id: str | None
+) -> None:
+    session.execute(
+        update(SignalRow)
+        .where(SignalRow.signal_id == signal_id)
+        .values(decision=decision, reason=_fit(reason, 200), task_id=task_id)
+    )
+
+
+def add_attempt(
+    session: Session,
+    signal_id: str,
+    *,
+    target_task_id: str | None,
+    idempotency_key: str,
+    outcome: str,
+    now: datetime,
+) -> RouteAttempt:
+    """Record one try; attempts of a signal are numbered 1, 2, … in the order recorded."""
+    last = session.execute(
+        select(func.max(RouteAttemptRow.attempt)).where(RouteAttemptRow.signal_id == signal_id)
+    ).scalar_one()
+    row = RouteAttemptRow(
+        signal_id=signal_id,
+        attempt=(last or 0) + 1,
+        target_task_id=target_task_id,
+        idempotency_key=idempotency_key,
+        outcome=_fit(outcome, 40) or "",
+        created_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return _to_attempt(row)
+
+
+def attempts_for(session: Session, signal_id: str) -> list[RouteAttempt]:
+    query = (
+        select(RouteAttemptRow)
+        .where(RouteAttemptRow.signal_id == signal_id)
+        .order_by(RouteAttemptRow.attempt)
+    )
+    return [_to_attempt(row) for row in session.scalars(query)]
+
+
+def get_signal(session: Session, signal_id: str) -> SignalRecord | None:
+    row = session.get(SignalRow, signal_id)
+    return to_record(row) if row is not None else None
+
+
+def find_signal(session: Session, provider: str, delivery_id: str) -> SignalRecord | None:
+    row = _by_delivery(session, provider, delivery_id)
+    return to_record(row) if row is not None else None
+
+
+def pending_signals(session: Session, received_before: datetime, limit: int) -> list[SignalRecord]:
+    query = (
+        select(SignalRow)
+        .where(SignalRow.decision == PENDING, SignalRow.received_at <= received_before)
+        .order_by(SignalRow.received_at, SignalRow.signal_id)
+        .limit(limit)
+    )
+    return [to_record(row) for row in session.scalars(query)]
+
+
+def task_created_under(session: Session, creation_key: str) -> Task | None:
+    """The root task scheduled under ``creation_key`` (its child_key), if one was."""
+    query = select(TaskRow).where(TaskRow.parent_id.is_(None), TaskRow.child_key == creation_key)
+    row = session.scalars(query.order_by(TaskRow.created_at).limit(1)).first()
+    return q.to_task(row) if row is not None else None
+
+
+def to_record(row: SignalRow) -> SignalRecord:
+    return SignalRecord(
+        signal_id=SignalId(row.signal_id),
+        provider=row.provider,
+        delivery_id=row.delivery_id,
+        dedupe_key=row.dedupe_key,
+        kind=row.kind,
+        thread_ref=row.thread_ref,
+        objective_key=row.objective_key,
+        actor=MappingProxyType(dict(row.actor)),
+        text=row.text,
+        decision=row.decision,
+        reason=row.reason,
+        task_id=TaskId(row.task_id) if row.task_id else None,
+        received_at=row.received_at,
+    )
+
+
+def _insert(
+    session: Session, facts: SignalFacts, dedupe_key: str, verdict: Verdict
+) -> SignalRecord | None:
+    signal_id = new_signal_id()
+    values: dict[str, Any] = {
+        "signal_id": signal_id,
+        "provider": facts.provider,
+        "delivery_id": facts.delivery_id,
+        "dedupe_key": dedupe_key,
+        "kind": _fit(facts.kind, 30),
+        "thread_ref": facts.thread_ref,
+        "objective_key": verdict.objective_key or facts.objective_key,
+        "actor": dict(facts.actor),
+        "text": facts.text,
+        "decision": verdict.decision,
+        "reason": _fit(verdict.reason, 200),
+        "task_id": verdict.task_id,
+        "received_at": facts.received_at,
+    }
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(SignalRow).values(values).on_conflict_do_nothing()
+    if session.execute(statement.returning(SignalRow.signal_id)).first() is None:
+        return None
+    row = session.get(SignalRow, signal_id)
+    assert row is not None
+    return to_record(row)
+
+
+def _by_delivery(session: Session, provider: str, delivery_id: str) -> SignalRow | None:
+    query = select(SignalRow).where(
+        SignalRow.provider == provider, SignalRow.delivery_id == delivery_id
+    )
+    return session.scalars(query).first()
+
+
+def _by_dedupe_key(session: Session, dedupe_key: str) -> SignalRow | None:
+    return session.scalars(select(SignalRow).where(SignalRow.dedupe_key == dedupe_key)).first()
+
+
+def _to_attempt(row: RouteAttemptRow) -> RouteAttempt:
+    return RouteAttempt(
+        signal_id=SignalId(row.signal_id),
+        attempt=row.attempt,
+        target_task_id=TaskId(row.target_task_id) if row.target_task_id else None,
+        idempotency_key=row.idempotency_key,
+        outcome=row.outcome,
+        created_at=row.created_at,
+    )
+
+
+def _fit(text: str | None, limit: int) -> str | None:
+    return text if text is None or len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,423 @@
+"""Route application on a real database (each test runs on SQLite and on PostgreSQL).
+
+Fakes sit only at the scheduler, a port Keel owns: each subclass reproduces one race or fault
+(the task finishing between lookup and append, a lagging NotFound, a crash mid-apply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from routing.apply import IngestResult, Router
+from routing.config import DaemonsConfig, RoutingConfig
+from routing.policy import RoutingPolicy
+from routing.signal import Actor, Ignored, Signal, frozen_detail
+from runtime.clock import ManualClock
+from runtime.errors import Retryable
+from runtime.scheduler import AppendOutcome, NotFound, Scheduled, Scheduler
+from runtime.store import signals as store
+from runtime.store.engine import Database
+from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
+from runtime.store.records import Task, TaskResult, TaskSpec, TaskStatus
+from tests.factories import make_spec
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+THREAD = "slack:T1/C1/1700000000.000100"
+ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
+POLICY = RoutingPolicy.from_config(
+    RoutingConfig(channel_repos={"C1": "acme/api"}),
+    DaemonsConfig(),
+    slack_allowed_users=("U1", "U2"),
+)
+
+
+def make_signal(**overrides: Any) -> Signal:
+    """A follow-up from alice in THREAD: a thread reply without a mention."""
+    values: dict[str, Any] = {
+        "provider": "slack",
+        "delivery_id": "Ev-follow-up",
+        "kind": "thread_reply",
+        "thread_ref": THREAD,
+        "objective_key": THREAD,
+        "actor": ALICE,
+        "text": "it only happens in Safari",
+        "addresses_bot": False,
+        "command": None,
+        "links": (),
+        "received_at": NOW,
+        "dedupe_key": "slack:T1:C1:1700000000.000200",
+        "repo": None,
+        "event_action": "message",
+        "detail": frozen_detail(team="T1", channel="C1"),
+    }
+    values.update(overrides)
+    return Signal(**values)
+
+
+def mention(**overrides: Any) -> Signal:
+    values = {"kind": "mention", "addresses_bot": True, "delivery_id": "Ev-mention"}
+    return make_signal(**{**values, "dedupe_key": "slack:T1:C1:1700000000.000300", **overrides})
+
+
+def make_router(
+    database: Database, scheduler: Scheduler | None = None, policy: RoutingPolicy = POLICY
+) -> Router:
+    clock = ManualClock(NOW)
+    return Router(
+        scheduler or Scheduler(database, clock=clock), database, policy, clock,
+        retry_delays=(0, 0),
+    )
+
+
+async def ingest(router: Router, signal: Signal) -> IngestResult:
+    return await router.ingest(
+        signal, provider=signal.provider, delivery_id=signal.delivery_id, raw_kind=signal.kind
+    )
+
+
+async def start_task(scheduler: Scheduler, **overrides: Any) -> Task:
+    spec = make_spec(origin_thread_ref=THREAD, objective_key=THREAD, requested_by="U1")
+    fields = {**{f: getattr(spec, f) for f in spec.__slots__}, **overrides}
+    return (await scheduler.schedule(TaskSpec(**fields))).task
+
+
+def count(database: Database, model: Any, **where: Any) -> int:
+    def work(session: Any) -> int:
+        query = select(func.count()).select_from(model)
+        for key, value in where.items():
+            query = query.where(getattr(model, key) == value)
+        return int(session.execute(query).scalar_one())
+
+    return database.run_sync(work)
+
+
+def tasks_for(database: Database, objective_key: str) -> list[TaskRow]:
+    def work(session: Any) -> list[TaskRow]:
+        query = select(TaskRow).where(TaskRow.objective_key == objective_key)
+        return list(session.scalars(query.order_by(TaskRow.created_at)))
+
+    return database.run_sync(work)
+
+
+def outcomes(database: Database, signal_id: str) -> list[str]:
+    return [a.outcome for a in database.run_sync(lambda s: store.attempts_for(s, signal_id))]
+
+
+# -- faults at the scheduler port -------------------------------------------------------------
+
+
+class FinishesFirst(Scheduler):
+    """The target task completes between routing's lookup and its append."""
+
+    async def append_mailbox(
+        self, task_id: str, idempotency_key: str, parts: Sequence[dict[str, Any]],
+        author: str | None = None,
+    ) -> AppendOutcome:
+        await self.report_result(task_id, TaskResult(TaskStatus.succeeded, "done"))
+        return await super().append_mailbox(task_id, idempotency_key, parts, author)
+
+
+class LaggingNotFound(Scheduler):
+    """Answers NotFound to every append while the task itself stays readable."""
+
+    async def append_mailbox(
+        self, task_id: str, idempotency_key: str, parts: Sequence[dict[str, Any]],
+        author: str | None = None,
+    ) -> AppendOutcome:
+        return NotFound(task_id)
+
+
+class Vanished(LaggingNotFound):
+    async def get(self, task_id: str) -> Task | None:
+        return None
+
+
+class Flaky(Scheduler):
+    def __init__(self, *args: Any, failures: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failures = failures
+        self.keys: list[str] = []
+
+    async def append_mailbox(
+        self, task_id: str, idempotency_key: str, parts: Sequence[dict[str, Any]],
+        author: str | None = None,
+    ) -> AppendOutcome:
+        self.keys.append(idempotency_key)
+        if self.failures:
+            self.failures -= 1
+            raise Retryable("database unavailable: OperationalError")
+        return await super().append_mailbox(task_id, idempotency_key, parts, author)
+
+
+class SlowToSchedule(Scheduler):
+    """Widens the window between "no owner yet" and the owner existing, as a busy store does."""
+
+    async def schedule(self, spec: TaskSpec) -> Scheduled:
+        await asyncio.sleep(0.05)
+        return await super().schedule(spec)
+
+
+class CrashAfterSchedule(Scheduler):
+    """The process dies after the task is committed and before the decision is recorded."""
+
+    async def schedule(self, spec: TaskSpec) -> Scheduled:
+        await super().schedule(spec)
+        raise RuntimeError("killed")
+
+
+class CrashBeforeSchedule(Scheduler):
+    async def schedule(self, spec: TaskSpec) -> Scheduled:
+        raise RuntimeError("killed")
+
+
+# -- appends --------------------------------------------------------------------------------
+
+
+async def test_follow_up_is_appended_once_when_delivered_three_times(database: Database) -> None:
+    router = make_router(database)
+    task = await start_task(router.scheduler)
+    results = [await ingest(router, make_signal()) for _ in range(3)]
+    assert [r.duplicate for r in results] == [False, True, True]
+    assert {(r.decision, r.task_id) for r in results} == {("append", task.task_id)}
+    assert count(database, SignalRow) == 1
+    messages = await router.scheduler.read_mailbox(task.task_id)
+    assert [m.text for m in messages] == ["it only happens in Safari"]
+    assert messages[0].idempotency_key == "slack:T1:C1:1700000000.000200"
+    assert messages[0].author == "U1"
+
+
+async def test_follow_up_is_appended_once_when_delivered_three_times_concurrently(
+    database: Database,
+) -> None:
+    router = make_router(database)
+    task = await start_task(router.scheduler)
+    # Two routers stand in for two request handlers that do not share in-process locks.
+    other = make_router(database)
+    results = await asyncio.gather(
+        ingest(router, make_signal()), ingest(other, make_signal()), ingest(router, make_signal())
+    )
+    assert sorted(r.duplicate for r in results) == [False, True, True]
+    assert count(database, SignalRow) == 1
+    assert count(database, MailboxMessageRow, task_id=task.task_id) == 1
+
+
+async def test_same_message_is_appended_once_when_two_events_carry_it(database: Database) -> None:
+    # Slack sends `message` and `app_mention` for one post: two event ids, one dedupe key.
+    router = make_router(database)
+    task = await start_task(router.scheduler)
+    deliveries = [mention(delivery_id=f"Ev-{n}") for n in range(3)]
+    results = await asyncio.gather(*(ingest(router, s) for s in deliveries))
+    assert sorted(r.decision for r in results) == ["append", "drop", "drop"]
+    assert {r.reason for r in results if r.decision == "drop"} == {"duplicate"}
+    assert count(database, SignalRow) == 3
+    assert count(database, MailboxMessageRow, task_id=task.task_id) == 1
+
+
+async def test_append_retries_under_the_same_key_when_the_store_is_briefly_down(
+    database: Database,
+) -> None:
+    clock = ManualClock(NOW)
+    scheduler = Flaky(database, clock=clock, failures=2)
+    router = make_router(database, scheduler)
+    task = await start_task(scheduler)
+    result = await ingest(router, make_signal())
+    assert (result.decision, result.task_id) == ("append", task.task_id)
+    assert outcomes(database, result.signal_id) == ["retryable", "retryable", "appended"]
+    assert set(scheduler.keys) == {"slack:T1:C1:1700000000.000200"}
+
+
+async def test_signal_stays_pending_when_transient_errors_outlast_the_retries(
+    database: Database,
+) -> None:
+    scheduler = Flaky(database, clock=ManualClock(NOW), failures=3)
+    router = make_router(database, scheduler)
+    task = await start_task(scheduler)
+    result = await ingest(router, make_signal())
+    assert result.decision == "pending"
+    resumed = await make_router(database).resume_pending(older_than=timedelta(0))
+    assert [(r.decision, r.task_id) for r in resumed] == [("append", task.task_id)]
+    assert count(database, MailboxMessageRow, task_id=task.task_id) == 1
+
+
+# -- the owner changes underneath -----------------------------------------------------------
+
+
+async def test_one_linked_new_task_when_target_finishes_between_lookup_and_append(
+    database: Database,
+) -> None:
+    scheduler = FinishesFirst(database, clock=ManualClock(NOW))
+    router = make_router(database, scheduler)
+    old = await start_task(scheduler)
+    result = await ingest(router, make_signal())
+    assert result.decision == "new_task"
+    tasks = {t.task_id: t for t in tasks_for(database, THREAD)}
+    assert set(tasks) == {old.task_id, result.task_id}
+    new = tasks[result.task_id or ""]
+    assert new.follows_task_id == old.task_id
+    assert new.message == "it only happens in Safari"  # nothing lost
+    assert new.status == "queued"
+    assert count(database, MailboxMessageRow) == 0
+    assert outcomes(database, result.signal_id) == ["already_terminal:succeeded", "scheduled"]
+
+
+async def test_no_second_owner_and_escalated_when_not_found_but_task_still_active(
+    database: Database,
+) -> None:
+    scheduler = LaggingNotFound(database, clock=ManualClock(NOW))
+    router = make_router(database, scheduler)
+    task = await start_task(scheduler)
+    result = await ingest(router, make_signal())
+    assert result.decision == "escalated"
+    assert result.task_id == task.task_id
+    assert result.reason is not None and "not starting a second owner" in result.reason
+    assert len(tasks_for(database, THREAD)) == 1
+    attempts = database.run_sync(lambda s: store.attempts_for(s, result.signal_id))
+    assert [a.attempt for a in attempts] == [1, 2, 3]
+    assert {(a.outcome, a.target_task_id, a.idempotency_key) for a in attempts} == {
+        ("not_found:active", task.task_id, "slack:T1:C1:1700000000.000200")
+    }
+    stored = database.run_sync(lambda s: store.get_signal(s, result.signal_id))
+    assert stored is not None and stored.decision == "escalated"
+
+
+async def test_new_task_without_link_when_not_found_and_task_is_gone(database: Database) -> None:
+    scheduler = Vanished(database, clock=ManualClock(NOW))
+    router = make_router(database, scheduler)
+    old = await start_task(scheduler)
+    result = await ingest(router, make_signal())
+    assert result.decision == "new_task"
+    new = next(t for t in tasks_for(database, THREAD) if t.task_id == result.task_id)
+    assert new.task_id != old.task_id and new.follows_task_id is None
+    assert outcomes(database, result.signal_id) == ["not_found:missing", "scheduled"]
+
+
+async def test_follow_up_starts_linked_task_when_the_owner_already_finished(
+    database: Database,
+) -> None:
+    router = make_router(database)
+    old = await start_task(router.scheduler)
+    await router.scheduler.report_result(old.task_id, TaskResult(TaskStatus.succeeded, "ok"))
+    result = await ingest(router, mention(text="and the changelog too"))
+    assert result.decision == "new_task"
+    new = await router.scheduler.get(result.task_id or "")
+    assert new is not None
+    assert (new.follows_task_id, new.message) == (old.task_id, "and the changelog too")
+
+
+async def test_mention_starts_task_with_spec_from_policy_when_thread_is_quiet(
+    database: Database,
+) -> None:
+    router = make_router(database)
+    result = await ingest(router, mention(text="fix the login bug"))
+    assert result.decision == "new_task" and result.task_id is not None
+    task = await router.scheduler.get(result.task_id)
+    assert task is not None
+    assert (task.agent, task.message, task.repo) == ("default", "fix the login bug", "acme/api")
+    assert (task.origin_thread_ref, task.objective_key, task.requested_by) == (THREAD, THREAD, "U1")
+    assert task.status is TaskStatus.queued
+
+
+async def test_two_mentions_in_a_burst_share_one_new_task_when_thread_is_quiet(
+    database: Database,
+) -> None:
+    router = make_router(database, SlowToSchedule(database, clock=ManualClock(NOW)))
+    first = mention(text="fix the login bug")
+    second = mention(delivery_id="Ev-2", dedupe_key="slack:T1:C1:1700000000.000400", text="+ios")
+    results = await asyncio.gather(ingest(router, first), ingest(router, second))
+    assert sorted(r.decision for r in results) == ["append", "new_task"]
+    [task] = tasks_for(database, THREAD)
+    assert count(database, MailboxMessageRow, task_id=task.task_id) == 1
+
+
+# -- stop ------------------------------------------------------------------------------------
+
+
+async def test_stop_from_the_requester_records_cancel_when_task_is_active(
+    database: Database,
+) -> None:
+    router = make_router(database)
+    task = await start_task(router.scheduler)
+    result = await ingest(router, make_signal(text="stop", command="stop"))
+    assert (result.decision, result.task_id) == ("stop", task.task_id)
+    stopped = await router.scheduler.get(task.task_id)
+    assert stopped is not None and stopped.cancel_requested_at is not None
+    assert await router.scheduler.stop_requested(task.task_id)
+    assert outcomes(database, result.signal_id) == ["cancel_requested"]
+    assert count(database, MailboxMessageRow) == 0  # a stop is never prose in the mailbox
+
+
+async def test_stop_is_refused_when_the_user_is_not_authorised(database: Database) -> None:
+    router = make_router(database)
+    task = await start_task(router.scheduler)
+    stranger = Actor(id="U9", name="mallory", is_bot=False, is_self=False)
+    result = await ingest(router, make_signal(text="stop", command="stop", actor=stranger))
+    assert (result.decision, result.reason) == ("drop", "unauthorised")
+    unchanged = await router.scheduler.get(task.task_id)
+    assert unchanged is not None and unchanged.cancel_requested_at is None
+
+
+# -- drops and unknown events ---------------------------------------------------------------
+
+
+async def test_unknown_event_is_stored_as_drop_with_reason_when_ignored(
+    database: Database,
+) -> None:
+    router = make_router(database)
+    kwargs = {"provider": "github", "delivery_id": "d-ping", "raw_kind": "ping"}
+    first = await router.ingest(Ignored("unsupported", "ping"), **kwargs)
+    again = await router.ingest(Ignored("unsupported", "ping"), **kwargs)
+    assert (first.decision, first.reason, first.duplicate) == ("drop", "unsupported", False)
+    assert again.duplicate and again.signal_id == first.signal_id
+    stored = database.run_sync(lambda s: store.get_signal(s, first.signal_id))
+    assert stored is not None
+    assert (stored.dedupe_key, stored.kind, stored.text) == ("drop:github:d-ping", "ping", "ping")
+    assert count(database, SignalRow) == 1
+
+
+async def test_self_generated_signal_is_dropped_in_the_admitting_transaction(
+    database: Database,
+) -> None:
+    router = make_router(database)
+    us = Actor(id="W111", name="keel", is_bot=True, is_self=True)
+    result = await ingest(router, mention(actor=us))
+    assert (result.decision, result.reason) == ("drop", "self_generated")
+    assert outcomes(database, result.signal_id) == []
+    assert count(database, TaskRow) == 0
+
+
+# -- crash and resume -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("crashing", [CrashAfterSchedule, CrashBeforeSchedule])
+async def test_resume_pending_applies_a_pending_signal_exactly_once_when_a_crash_left_it(
+    database: Database, crashing: type[Scheduler]
+) -> None:
+    crashed = make_router(database, crashing(database, clock=ManualClock(NOW)))
+    with pytest.raises(RuntimeError, match="killed"):
+        await ingest(crashed, mention(text="fix the login bug"))
+    [pending] = database.run_sync(lambda s: store.pending_signals(s, NOW, 10))
+    assert (pending.decision, pending.reason) == ("pending", "new_task")
+
+    restarted = make_router(database)
+    resumed = await restarted.resume_pending(older_than=timedelta(0))
+    again = await restarted.resume_pending(older_than=timedelta(0))
+    [task] = tasks_for(database, THREAD)
+    assert [(r.decision, r.task_id) for r in resumed] == [("new_task", task.task_id)]
+    assert again == []
+    redelivered = await ingest(restarted, mention(text="fix the login bug"))
+    assert redelivered.duplicate and redelivered.task_id == task.task_id
+
+
+async def test_resume_pending_leaves_recent_signals_when_younger_than_the_grace(
+    database: Database,
+) -> None:
+    crashed = make_router(database, CrashBeforeSchedule(database, clock=ManualClock(NOW)))
+    with pytest.raises(RuntimeError):
+        await ingest(crashed, mention())
+    assert await make_router(database).resume_pending(older_than=timedelta(seconds=30)) == []

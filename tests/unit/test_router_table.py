@@ -1,0 +1,452 @@
+"""Routing as a table: every route and every drop reason, decided by the pure `decide`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from routing.config import DaemonConfig, DaemonsConfig, RoutingConfig, WatchRule
+from routing.daemons import Watch, daemon_from_config
+from routing.policy import RoutingPolicy
+from routing.router import (
+    Append,
+    Daemon,
+    Drop,
+    NewTask,
+    Route,
+    RoutingView,
+    Stop,
+    TaskView,
+    decide,
+)
+from routing.signal import Actor, Signal, frozen_detail
+from runtime.ids import TaskId
+from runtime.store.records import TaskStatus
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+THREAD = "slack:T1/C1/1700000000.000100"
+ISSUE = "github:acme/api#7"
+CI_THREAD = "github:acme/api@" + "a" * 40
+
+ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
+MALLORY = Actor(id="U666", name="mallory", is_bot=False, is_self=False)
+US_SLACK = Actor(id="W111", name="keel", is_bot=True, is_self=True)
+
+
+def make_signal(**overrides: Any) -> Signal:
+    """A Slack thread reply from alice in THREAD, not addressed to the bot."""
+    values: dict[str, Any] = {
+        "provider": "slack",
+        "delivery_id": "Ev1",
+        "kind": "thread_reply",
+        "thread_ref": THREAD,
+        "objective_key": THREAD,
+        "actor": ALICE,
+        "text": "it only happens in Safari",
+        "addresses_bot": False,
+        "command": None,
+        "links": (),
+        "received_at": NOW,
+        "dedupe_key": "slack:T1:C1:1700000000.000200",
+        "repo": None,
+        "event_action": "message",
+        "detail": frozen_detail(team="T1", channel="C1"),
+    }
+    values.update(overrides)
+    return Signal(**values)
+
+
+def mention(**overrides: Any) -> Signal:
+    return make_signal(**{"kind": "mention", "addresses_bot": True, **overrides})
+
+
+def github_comment(**overrides: Any) -> Signal:
+    values: dict[str, Any] = {
+        "provider": "github",
+        "delivery_id": "d-1",
+        "kind": "issue_comment",
+        "thread_ref": ISSUE,
+        "objective_key": ISSUE,
+        "actor": Actor(id="101", name="octo", is_bot=False, is_self=False, permission="write"),
+        "text": "please keep the public API unchanged",
+        "dedupe_key": "github:9001:created",
+        "repo": "acme/api",
+        "event_action": "created",
+        "detail": frozen_detail(event="issue_comment", sender_login="octo", number=7),
+    }
+    values.update(overrides)
+    return make_signal(**values)
+
+
+def ci_result(**overrides: Any) -> Signal:
+    detail = {
+        "event": "check_run",
+        "sender_login": "octo",
+        "conclusion": "failure",
+        "head_branch": "main",
+        "app_id": 15368,
+        "name": "lint",
+    }
+    detail.update(overrides.pop("detail", {}))
+    values: dict[str, Any] = {
+        "kind": "ci_result",
+        "thread_ref": CI_THREAD,
+        "objective_key": CI_THREAD,
+        "actor": Actor(id="101", name="octo", is_bot=False, is_self=False),
+        "text": f"lint: failure on {'a' * 40}",
+        "dedupe_key": "github:delivery:d-ci",
+        "detail": frozen_detail(**detail),
+    }
+    values.update(overrides)
+    return github_comment(**values)
+
+
+def reaction(name: str, **overrides: Any) -> Signal:
+    stop = name == "octagonal_sign"
+    values: dict[str, Any] = {
+        "kind": "reaction",
+        "text": f":{name}:",
+        "addresses_bot": stop,
+        "command": "stop" if stop else None,
+        "dedupe_key": f"slack:T1:C1:1700000000.000100:reaction:{name}:U1:1700000001.0",
+        "detail": frozen_detail(team="T1", channel="C1", reaction=name),
+    }
+    values.update(overrides)
+    return make_signal(**values)
+
+
+def task(task_id: str, status: TaskStatus, thread: str = THREAD) -> TaskView:
+    return TaskView(TaskId(task_id), status, thread, thread, "U1")
+
+
+ACTIVE = task("t_active", TaskStatus.running)
+DONE = task("t_done", TaskStatus.succeeded)
+ISSUE_TASK = task("t_issue", TaskStatus.running, ISSUE)
+DAEMON_TASK = TaskView(TaskId("t_daemon"), TaskStatus.waiting, CI_THREAD, "daemon:ci-doctor")
+
+BUSY = RoutingView(active_task=ACTIVE)
+FINISHED = RoutingView(latest_task=DONE)
+EMPTY = RoutingView()
+
+CI_DOCTOR = daemon_from_config(
+    DaemonConfig(
+        id="ci-doctor",
+        agent="fixer",
+        purpose="Diagnose failed CI on main",
+        watch=(
+            WatchRule(provider="github", kind="check_run", branch="main", conclusion="failure"),
+        ),
+    )
+)
+TRIAGE = replace(
+    CI_DOCTOR,
+    daemon_id="triage",
+    agent="default",
+    watch=(Watch(provider="github", kind="issue_opened", label="bug", repo="acme/api"),),
+)
+POLICY = RoutingPolicy.from_config(
+    RoutingConfig(),
+    DaemonsConfig(),
+    slack_allowed_users=("U1",),
+    slack_allowed_channels=("C1",),
+    github_allowed_bots=("renovate[bot]",),
+    github_bot_login="keel-bot",
+    github_app_id=4242,
+)
+DAEMONS = replace(POLICY, daemons=(CI_DOCTOR, TRIAGE))
+NO_JOIN = replace(POLICY, join_thread_replies=False)
+READ_OK = replace(POLICY, github_min_permission="read")
+MAINTAIN = replace(POLICY, github_min_permission="maintain")
+CUSTOM_STOP = replace(POLICY, stop_words=frozenset({"halt"}), stop_reaction="no_entry_sign")
+
+KEY = "slack:T1:C1:1700000000.000200"
+MESSAGE = "it only happens in Safari"
+
+
+def new_task(objective: str = THREAD, message: str = MESSAGE, **kw: Any) -> NewTask:
+    return NewTask(objective_key=objective, message=message, **kw)
+
+
+CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
+    # -- append: later input for a live owner
+    ("follow-up in active thread", make_signal(), BUSY, POLICY, Append(ACTIVE, KEY)),
+    ("mention in active thread", mention(), BUSY, POLICY, Append(ACTIVE, KEY)),
+    ("mention appends when replies need one", mention(), BUSY, NO_JOIN, Append(ACTIVE, KEY)),
+    (
+        "issue comment in the active issue",
+        github_comment(),
+        RoutingView(active_task=ISSUE_TASK),
+        POLICY,
+        Append(ISSUE_TASK, "github:9001:created"),
+    ),
+    (
+        "'stop using the cache' is a request, not a stop",
+        mention(text="stop using the cache"),
+        BUSY,
+        POLICY,
+        Append(ACTIVE, KEY),
+    ),
+    # -- new task
+    ("mention with no task", mention(), EMPTY, POLICY, new_task()),
+    (
+        "follow-up after completion links to the old task",
+        mention(),
+        FINISHED,
+        POLICY,
+        new_task(follows=DONE),
+    ),
+    (
+        "new: prefix in a busy thread",
+        mention(text="new: bump the SDK"),
+        BUSY,
+        POLICY,
+        new_task(f"{THREAD}+{KEY}", "bump the SDK"),
+    ),
+    (
+        "new: prefix as a joining reply in a busy thread",
+        make_signal(text="NEW: bump the SDK"),
+        BUSY,
+        POLICY,
+        new_task(f"{THREAD}+{KEY}", "bump the SDK"),
+    ),
+    (
+        "new: prefix in a quiet thread keeps the thread key",
+        mention(text="new: bump the SDK"),
+        EMPTY,
+        POLICY,
+        new_task(THREAD, "bump the SDK"),
+    ),
+    (
+        "new: prefix on a busy issue gets a suffixed objective",
+        github_comment(text="new: also fix the docs", addresses_bot=True),
+        RoutingView(active_task=ISSUE_TASK),
+        POLICY,
+        new_task(f"{ISSUE}+github:9001:created", "also fix the docs"),
+    ),
+    (
+        "direct message",
+        make_signal(kind="message", addresses_bot=True),
+        EMPTY,
+        POLICY,
+        new_task(),
+    ),
+    (
+        "github admin mention",
+        github_comment(
+            addresses_bot=True,
+            actor=Actor("101", "octo", is_bot=False, is_self=False, permission="admin"),
+        ),
+        EMPTY,
+        POLICY,
+        new_task(ISSUE, "please keep the public API unchanged"),
+    ),
+    (
+        "unknown permission is enough when the minimum is read",
+        github_comment(addresses_bot=True, actor=Actor("101", "octo", False, False)),
+        EMPTY,
+        READ_OK,
+        new_task(ISSUE, "please keep the public API unchanged"),
+    ),
+    (
+        "allow-listed bot needs no collaborator permission",
+        github_comment(addresses_bot=True, actor=Actor("29139614", "renovate[bot]", True, False)),
+        EMPTY,
+        POLICY,
+        new_task(ISSUE, "please keep the public API unchanged"),
+    ),
+    # -- stop: lifecycle authority
+    ("stop from the requester", mention(text="stop", command="stop"), BUSY, POLICY, Stop(ACTIVE)),
+    ("cancel without a mention in the thread", make_signal(text="Cancel!"), BUSY, POLICY,
+     Stop(ACTIVE)),
+    ("stop reaction", reaction("octagonal_sign"), BUSY, POLICY, Stop(ACTIVE)),
+    ("configured stop word", make_signal(text="halt"), BUSY, CUSTOM_STOP, Stop(ACTIVE)),
+    ("configured stop reaction", reaction("no_entry_sign"), BUSY, CUSTOM_STOP, Stop(ACTIVE)),
+    (
+        "stop from an unauthorised user",
+        mention(text="stop", command="stop", actor=MALLORY),
+        BUSY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+    (
+        "stop reaction from an unauthorised user",
+        reaction("octagonal_sign", actor=MALLORY),
+        BUSY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+    ("stop with nothing running", mention(text="stop", command="stop"), FINISHED, POLICY,
+     Drop("not_addressed")),
+    # -- daemons
+    ("daemon claims a failed check run", ci_result(), EMPTY, DAEMONS,
+     Daemon("ci-doctor", "fixer", "daemon:ci-doctor")),
+    (
+        "daemon event joins its live activation",
+        ci_result(),
+        RoutingView(daemon_tasks={"ci-doctor": DAEMON_TASK}),
+        DAEMONS,
+        Daemon("ci-doctor", "fixer", "daemon:ci-doctor", DAEMON_TASK),
+    ),
+    (
+        "daemon ignores its own push",
+        ci_result(detail={"sender_login": "keel-bot"}),
+        EMPTY,
+        DAEMONS,
+        Drop("self_generated"),
+    ),
+    (
+        "daemon ignores a run created by our app",
+        ci_result(detail={"app_id": 4242}),
+        EMPTY,
+        DAEMONS,
+        Drop("self_generated"),
+    ),
+    ("passing check is not watched", ci_result(detail={"conclusion": "success"}), EMPTY,
+     DAEMONS, Drop("not_addressed")),
+    ("other branch is not watched", ci_result(detail={"head_branch": "feature"}), EMPTY,
+     DAEMONS, Drop("not_addressed")),
+    (
+        "label rule claims a bug report",
+        github_comment(kind="issue_opened", detail=frozen_detail(labels=("bug",))),
+        EMPTY,
+        DAEMONS,
+        Daemon("triage", "default", "daemon:triage"),
+    ),
+    (
+        "label rule is scoped to its repository",
+        github_comment(kind="issue_opened", repo="acme/web",
+                       detail=frozen_detail(labels=("bug",))),
+        EMPTY,
+        DAEMONS,
+        Drop("not_addressed"),
+    ),
+    # -- drops
+    ("our own slack post", mention(actor=US_SLACK), BUSY, POLICY, Drop("self_generated")),
+    (
+        "a GitHub comment by our own app",
+        github_comment(
+            addresses_bot=True,
+            actor=Actor("41898282", "keel-bot[bot]", is_bot=True, is_self=True),
+        ),
+        RoutingView(active_task=ISSUE_TASK),
+        POLICY,
+        Drop("self_generated"),
+    ),
+    (
+        "our login even when the adapter missed it",
+        github_comment(addresses_bot=True, detail=frozen_detail(sender_login="Keel-Bot")),
+        EMPTY,
+        POLICY,
+        Drop("self_generated"),
+    ),
+    ("duplicate fact", mention(), RoutingView(active_task=ACTIVE, is_duplicate=True), POLICY,
+     Drop("duplicate")),
+    ("self wins over duplicate", mention(actor=US_SLACK), RoutingView(is_duplicate=True),
+     POLICY, Drop("self_generated")),
+    ("edit", mention(kind="edit"), BUSY, POLICY, Drop("edited")),
+    ("unsupported kind", mention(kind="other"), EMPTY, POLICY, Drop("unsupported")),
+    ("plain reaction is never appended", reaction("eyes"), BUSY, POLICY, Drop("not_addressed")),
+    ("reply in a quiet thread", make_signal(), EMPTY, POLICY, Drop("not_addressed")),
+    ("reply after completion without a mention", make_signal(), FINISHED, POLICY,
+     Drop("not_addressed")),
+    ("reply when replies need a mention", make_signal(), BUSY, NO_JOIN, Drop("not_addressed")),
+    ("new: without a mention in a quiet thread", make_signal(text="new: x"), EMPTY, POLICY,
+     Drop("not_addressed")),
+    ("unaddressed remark by a stranger", make_signal(actor=MALLORY), EMPTY, POLICY,
+     Drop("not_addressed")),
+    ("joining reply from a stranger", make_signal(actor=MALLORY), BUSY, POLICY,
+     Drop("unauthorised")),
+    (
+        "allow-listed bot in a channel that is not allowed",
+        mention(
+            actor=Actor("B7", "renovate[bot]", True, False),
+            detail=frozen_detail(team="T1", channel="C9"),
+        ),
+        EMPTY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+    (
+        "mention in a channel that is not allowed",
+        mention(detail=frozen_detail(team="T1", channel="C9")),
+        EMPTY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+    (
+        "github permission below write",
+        github_comment(
+            addresses_bot=True, actor=Actor("102", "reader", False, False, permission="read")
+        ),
+        EMPTY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+    (
+        "github permission unknown when write is required",
+        github_comment(addresses_bot=True, actor=Actor("102", "who", False, False)),
+        EMPTY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+    (
+        "github write below a maintain minimum",
+        github_comment(addresses_bot=True),
+        EMPTY,
+        MAINTAIN,
+        Drop("unauthorised"),
+    ),
+    (
+        "bot that is not allow-listed",
+        github_comment(
+            addresses_bot=True,
+            actor=Actor("49699333", "dependabot[bot]", True, False, permission="write"),
+        ),
+        EMPTY,
+        POLICY,
+        Drop("unauthorised"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("signal", "view", "policy", "expected"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_decide_routes_signal_when_table_case(
+    signal: Signal, view: RoutingView, policy: RoutingPolicy, expected: Route
+) -> None:
+    assert decide(signal, view, policy) == expected
+
+
+def test_table_covers_every_route_and_drop_reason_when_counted() -> None:
+    routes = {type(case[4]).__name__ for case in CASES}
+    reasons = {case[4].reason for case in CASES if isinstance(case[4], Drop)}
+    assert len(CASES) >= 30
+    assert routes == {"Append", "NewTask", "Drop", "Daemon", "Stop"}
+    assert reasons == {
+        "duplicate", "self_generated", "unsupported", "unauthorised", "not_addressed", "edited"
+    }
+
+
+def test_decide_is_repeatable_when_called_twice_on_one_snapshot() -> None:
+    signal, view = mention(text="new: bump the SDK"), BUSY
+    assert decide(signal, view, POLICY) == decide(signal, view, POLICY)
+
+
+def test_policy_rejects_unknown_permission_when_built_from_config() -> None:
+    with pytest.raises(ValueError, match="unknown permission 'owner'"):
+        RoutingPolicy.from_config(RoutingConfig(), DaemonsConfig(), github_min_permission="owner")
+
+
+def test_policy_maps_thread_to_repository_when_channel_is_mapped() -> None:
+    policy = RoutingPolicy.from_config(
+        RoutingConfig(channel_repos={"C1": "acme/api"}, default_repo="acme/web"), DaemonsConfig()
+    )
+    assert policy.repo_for("slack", THREAD) == "acme/api"
+    assert policy.repo_for("slack", "slack:T1/C2/1.2") == "acme/web"
+    assert policy.repo_for("github", "github:acme/cli#4") == "acme/cli"
+    assert policy.repo_for("github", CI_THREAD) == "acme/api"

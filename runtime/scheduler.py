@@ -261,7 +261,7 @@ class Scheduler:
         return Appended(q.to_message(row))
 
     async def read_mailbox(self, task_id: str, after: int = 0) -> list[MailboxMessage]:
-        return await self.db.run(lambda s: q.messages_after(s, task_id, after))
+        return await self.db.read(lambda s: q.messages_after(s, task_id, after))
 
     # -- waiting, cancel and results ------------------------------------------------------
 
@@ -315,7 +315,7 @@ class Scheduler:
 
     async def stop_requested(self, task_id: str) -> bool:
         """True if the task or any ancestor has a stop recorded or is already terminal."""
-        return await self.db.run(lambda s: self.stop_requested_in(s, task_id))
+        return await self.db.read(lambda s: self.stop_requested_in(s, task_id))
 
     def stop_requested_in(self, session: Session, task_id: str) -> bool:
         chain = q.ancestry(session, task_id)
@@ -354,13 +354,13 @@ class Scheduler:
             row = q.get_task(session, task_id)
             return q.to_task(row) if row else None
 
-        return await self.db.run(work)
+        return await self.db.read(work)
 
     async def history(self, task_id: str) -> list[StatusChange]:
-        return await self.db.run(lambda s: q.status_history(s, task_id))
+        return await self.db.read(lambda s: q.status_history(s, task_id))
 
     async def active_for_objective(self, objective_key: str) -> list[Task]:
-        rows = await self.db.run(lambda s: q.count_active_by_objective(s, objective_key))
+        rows = await self.db.read(lambda s: q.count_active_by_objective(s, objective_key))
         return [q.to_task(r) for r in rows]
 
     # -- notifications --------------------------------------------------------------------

@@ -74,6 +74,31 @@ class SilentReporter:
         return None
 
 
+class Settler:
+    """Settlements that arrive together share one commit; each still lands on its own."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._queue: list[tuple[Write, asyncio.Future[None]]] = []
+        self._lock = asyncio.Lock()
+
+    async def submit(self, write: Write) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self._queue.append((write, done))
+        async with self._lock:
+            if not done.done():
+                batch, self._queue = self._queue, []
+                try:
+                    await self._db.run(lambda s: [w(s) for w, _ in batch] and None)
+                except Exception as e:  # every waiter of this batch sees the failure
+                    for _, waiter in batch:
+                        waiter.set_exception(e)
+                else:
+                    for _, waiter in batch:
+                        waiter.set_result(None)
+        await done
+
+
 WorkspaceResolver = Callable[[Task], Awaitable[Path | None]]
 
 
@@ -95,6 +120,10 @@ class ExecutorContext:
     faults: FaultPlan = field(default_factory=FaultPlan.from_env)
     poll_interval_s: float = 0.5
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    settler: Settler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.settler = Settler(self.db)
 
     def agent(self, name: str) -> AgentConfig:
         return self.agents.get(name) or self.agents.get("default") or AgentConfig()

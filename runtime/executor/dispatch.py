@@ -27,12 +27,12 @@ CHILD_WAIT_TOOL = "wait_for_task"
 
 
 async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
     await _recover(task, ctx, [c for c in calls if c.dispatch_state == "dispatching"])
     pending = [c for c in calls if c.dispatch_state == "pending"]
     if not pending:
         return goto(run, "await_tools")
-    if await ctx.scheduler.stop_requested(task.task_id):
+    if run.stop_requested:
         await _cancel_unstarted(task, ctx, pending)
         return goto(run, "report_stopped")
     limits = ctx.agent(task.agent).limits
@@ -51,7 +51,7 @@ async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
 
 
 async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
     now = ctx.clock.now()
     for call in calls:
         if call.dispatch_state == "settled":
@@ -62,7 +62,7 @@ async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
             await _poll(task, ctx, call)
         elif call.dispatch_state == "dispatching":
             await _recover(task, ctx, [call])
-    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
     open_calls = [c for c in calls if c.dispatch_state != "settled"]
     if not open_calls:
         return goto(run, "advance_turn")
@@ -73,7 +73,7 @@ async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
 
 
 async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    calls = await ctx.db.run(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
     now = ctx.clock.now()
 
     def write(session: Session) -> None:
@@ -91,7 +91,7 @@ async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition
                 session, task.task_id, key, "tool", "tool_result", payload, now
             )
 
-    if await ctx.scheduler.stop_requested(task.task_id):
+    if run.stop_requested:
         return goto(run, "report_stopped", writes=(write,))
     limits = ctx.agent(task.agent).limits
     if run.turn + 1 >= limits.max_turns:
@@ -248,5 +248,5 @@ async def _settle(
             for item in completed.evidence:
                 runs.add_evidence(session, task.task_id, task.root_id, call.call_id, item, now)
 
-    await ctx.db.run(write)
+    await ctx.settler.submit(write)
     ctx.faults.hit(f"settled:{call.call_id}")

@@ -57,11 +57,13 @@ async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition
 
 
 async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    if await ctx.scheduler.stop_requested(task.task_id):
+    if run.stop_requested:
         return goto(run, "report_stopped")
     limits = ctx.agent(task.agent).limits
     if ctx.clock.now() - task.created_at > timedelta(seconds=limits.max_wall_seconds):
         return limit_reached(run, "max_wall_seconds", limits.max_wall_seconds)
+    if task.mailbox_seq <= run.mailbox_position:
+        return goto(run, "call_model")
     messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
     if not messages:
         return goto(run, "call_model")
@@ -92,7 +94,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
 async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(agent)
-    entries = await ctx.db.run(lambda s: runs.transcript(s, task.task_id))
+    entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,
@@ -109,7 +111,7 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
         return goto(run, "report_failure", state=state)
     calls = response.tool_calls
     if calls:
-        used = await ctx.db.run(lambda s: runs.count_calls(s, task.task_id))
+        used = await ctx.db.read(lambda s: runs.count_calls(s, task.task_id))
         if used + len(calls) > agent.limits.max_tool_calls:
             return limit_reached(run, "max_tool_calls", agent.limits.max_tool_calls)
     now = ctx.clock.now()
@@ -157,8 +159,8 @@ def _retry_model(run: Run, error: Retryable) -> Transition:
 
 
 async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    entries = await ctx.db.run(lambda s: runs.transcript(s, task.task_id))
-    calls = await ctx.db.run(lambda s: runs.all_calls(s, task.task_id))
+    entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
+    calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
     interrupted = [
         {"call_id": c.call_id, "name": c.name} for c in calls if c.outcome == "interrupted"
     ]

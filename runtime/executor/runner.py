@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from runtime.errors import StaleWrite
 from runtime.executor import dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
+from runtime.scheduler import Scheduler
 from runtime.store import runs
 from runtime.store import tasks as q
 from runtime.store.records import Lease, Task
@@ -57,7 +58,7 @@ class Runner:
         self.ctx = ctx
 
     async def tick(self, lease: Lease) -> TickResult:
-        loaded = await self.ctx.db.run(lambda s: _load(s, lease.task_id))
+        loaded = await self.ctx.db.read(lambda s: _load(self.ctx.scheduler, s, lease.task_id))
         if loaded is None:
             return TickResult("lost", "missing")
         run, task = loaded
@@ -124,9 +125,11 @@ class Runner:
         return "released"
 
 
-def _load(session: Session, task_id: str) -> tuple[Run, Task] | None:
+def _load(scheduler: Scheduler, session: Session, task_id: str) -> tuple[Run, Task] | None:
+    """One read: the run, its task, and whether a stop is recorded on it or an ancestor."""
     run = runs.load_run(session, task_id)
     row = q.get_task(session, task_id)
     if run is None or row is None:
         return None
-    return run, q.to_task(row)
+    stop = scheduler.stop_requested_in(session, task_id)
+    return replace(run, stop_requested=stop), q.to_task(row)

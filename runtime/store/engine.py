@@ -9,7 +9,9 @@ in exactly one place, ``Database.run``, which moves the work off the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -56,7 +58,8 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the lock up front; readers use a deferred snapshot and never block.
+        conn.exec_driver_sql("BEGIN" if conn.info.get("keel_read_only") else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -69,6 +72,9 @@ class Database:
         self.is_postgres = engine.dialect.name == "postgresql"
         self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="keel-db")
+        # SQLite has one writer at a time; queueing writers of this process here is cheaper
+        # than letting them sleep in SQLite's busy handler.
+        self._write_lock: Any = contextlib.nullcontext() if self.is_postgres else threading.Lock()
 
     @classmethod
     def from_url(cls, url: str) -> Database:
@@ -76,7 +82,7 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        with self._sessions() as session:
+        with self._write_lock, self._sessions() as session:
             try:
                 with session.begin():
                     yield session
@@ -89,9 +95,23 @@ class Database:
         with self.transaction() as session:
             return work(session)
 
+    def read_sync(self, work: Callable[[Session], T]) -> T:
+        """A read-only transaction: on SQLite it does not take the write lock."""
+        with self.engine.connect() as conn:
+            conn.info["keel_read_only"] = True
+            try:
+                with Session(bind=conn) as session, session.begin():
+                    return work(session)
+            finally:
+                conn.info.pop("keel_read_only", None)
+
     async def run(self, work: Callable[[Session], T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self.run_sync, work)
+
+    async def read(self, work: Callable[[Session], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.read_sync, work)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

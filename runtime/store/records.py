@@ -63,6 +63,7 @@ class Task:
     follows_task_id: TaskId | None
     requested_by: str | None
     result: dict[str, Any] | None
+    mailbox_seq: int
     cancel_requested_at: datetime | None
     deadline_at: datetime | None
     created_at: datetime

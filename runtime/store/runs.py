@@ -38,6 +38,7 @@ class Run:
     state: dict[str, Any]
     version: int
     lease_id: str | None
+    stop_requested: bool = False  # the task or an ancestor: read when the tick loaded the run
 
 
 @dataclass(frozen=True, slots=True)

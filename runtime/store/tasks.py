@@ -52,6 +52,7 @@ def to_task(row: TaskRow) -> Task:
         follows_task_id=TaskId(row.follows_task_id) if row.follows_task_id else None,
         requested_by=row.requested_by,
         result=row.result,
+        mailbox_seq=row.mailbox_seq,
         cancel_requested_at=row.cancel_requested_at,
         deadline_at=row.deadline_at,
         created_at=row.created_at,

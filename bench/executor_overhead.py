@@ -1,0 +1,152 @@
+"""Executor overhead: phase transitions per second vs raw single-row commits per second.
+
+Tasks of 10 turns x 3 instant tools run on the real executor and worker with the scripted
+model. The baseline, measured in the same run on the same database and pragmas, is a loop of
+one-row INSERT + COMMIT. Target: ratio >= 0.5 on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sqlalchemy import text
+
+from bench.common import PG_URL, Figure, median_figure, postgres_available
+from runtime.clock import SystemClock
+from runtime.config import AgentConfig, AgentLimits
+from runtime.executor.context import ExecutorContext
+from runtime.executor.runner import Runner
+from runtime.models.scripted import ScriptedProvider
+from runtime.scheduler import Scheduler
+from runtime.store.engine import Database
+from runtime.store.migrate import upgrade
+from runtime.store.records import TaskSpec
+from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
+from runtime.worker import Worker
+
+TURNS = 10
+TOOLS_PER_TURN = 3
+TASKS = 6
+RUNS = 5
+
+
+class Instant:
+    name = "instant"
+    description = "returns at once"
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    effect: Effect = "read"
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        return Completed("ok")
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
+        return Pending()
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        return Unknown("n/a")
+
+
+SCRIPT = {
+    "scripts": [
+        {
+            "turns": [{"tool_calls": [{"name": "instant", "args": {}}] * TOOLS_PER_TURN}] * TURNS
+            + [{"say": "done"}]
+        }
+    ]
+}
+
+
+def raw_commits_per_s(db: Database, seconds: float = 1.0) -> float:
+    with db.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS bench_rows (v TEXT)"))
+    count = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        with db.transaction() as session:
+            session.execute(text("INSERT INTO bench_rows (v) VALUES (:v)"), {"v": "x"})
+        count += 1
+    return count / (time.perf_counter() - started)
+
+
+async def transitions_per_s(db: Database) -> float:
+    scheduler = Scheduler(db, lease_seconds=30)
+    agent = AgentConfig(tools=("instant",), limits=AgentLimits(max_turns=TURNS + 5))
+    ctx = ExecutorContext(
+        db=db, scheduler=scheduler, provider=ScriptedProvider.from_dict(SCRIPT),
+        tools={"instant": Instant()}, agents={"default": agent}, clock=SystemClock(),
+    )
+    worker = Worker(scheduler, Runner(ctx), concurrency=2, poll_interval_s=0.01)
+    ids = [(await scheduler.schedule(TaskSpec(agent="default", message="go"))).task.task_id
+           for _ in range(TASKS)]
+    started = time.perf_counter()
+    running = asyncio.create_task(worker.run())
+    for task_id in ids:  # sparse polling: the monitor must not compete for the database
+        while not ((t := await scheduler.get(task_id)) and t.status.is_terminal):
+            await asyncio.sleep(0.1)
+    elapsed = time.perf_counter() - started
+    worker.stop()
+    await running
+    return worker.ticks / elapsed
+
+
+def fresh(url_for: str) -> Database:
+    db = Database.from_url(url_for)
+    upgrade(db.engine)
+    return db
+
+
+def measure(url_factory: Any) -> tuple[float, float]:
+    db = fresh(url_factory())
+    try:
+        baseline = raw_commits_per_s(db)
+        value = asyncio.run(transitions_per_s(db))
+        return value, baseline
+    finally:
+        db.close()
+
+
+def sqlite_urls(folder: Path) -> Any:
+    return lambda: f"sqlite:///{folder / f'bench-{uuid.uuid4().hex[:8]}.db'}"
+
+
+def pg_urls() -> Any:
+    from sqlalchemy import create_engine
+
+    def make() -> str:
+        engine = create_engine(PG_URL)
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA IF EXISTS keel_bench CASCADE"))
+            conn.execute(text("CREATE SCHEMA keel_bench"))
+        engine.dispose()
+        return PG_URL + "?options=-csearch_path%3Dkeel_bench"
+
+    return make
+
+
+def main() -> int:
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory() as folder:
+        figures.append(median_figure("executor_phases_per_s_sqlite", RUNS,
+                                     lambda: measure(sqlite_urls(Path(folder))), 0.5))
+    if postgres_available():
+        figures.append(median_figure("executor_phases_per_s_postgresql", RUNS,
+                                     lambda: measure(pg_urls()), 0.5))
+    else:
+        print("PostgreSQL not reachable: skipping its figure", file=sys.stderr)
+    for figure in figures[1:]:
+        print(figure.result_line())
+    # The SQLite figure is the headline: it is printed last, under the issue's name.
+    headline = figures[0]
+    print(Figure("executor_phases_per_s", headline.value, headline.baseline, 0.5,
+                 ratios=headline.ratios).result_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""GitHubSurface: replies on issues and pull requests, found again by a hidden marker.
+
+Every post ends with ``<!-- keel:{key} -->``; reconciling a post whose response was lost is
+a search of the issue's comments for that marker, so a retry never comments twice.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from adapters.github.client import GitHubClient, parse_issue_ref
+from runtime.errors import Permanent
+from runtime.surfaces import PostedRef
+
+# GitHub refuses comment bodies over 65,536 characters.
+BODY_LIMIT = 65_536
+_TRUNCATED = "\n\n… (truncated)"
+# Slack shortcodes Keel uses, in GitHub's reaction vocabulary.
+_REACTIONS = {
+    "eyes": "eyes",
+    "+1": "+1",
+    "thumbsup": "+1",
+    "white_check_mark": "+1",
+    "-1": "-1",
+    "x": "confused",
+    "confused": "confused",
+    "heart": "heart",
+    "hooray": "hooray",
+    "tada": "hooray",
+    "rocket": "rocket",
+    "laugh": "laugh",
+}
+
+
+def marker(key: str) -> str:
+    """The hidden HTML comment that names a post; ``--`` cannot end the comment early."""
+    safe = quote(key, safe=":/._@#=+").replace("--", "-%2D")
+    return f"<!-- keel:{safe} -->"
+
+
+def with_marker(text: str, key: str) -> str:
+    return _with_tail(text, marker(key))
+
+
+def _with_tail(text: str, hidden: str) -> str:
+    tail = f"\n\n{hidden}" if hidden else ""
+    room = BODY_LIMIT - len(tail)
+    if len(text) > room:
+        text = text[: room - len(_TRUNCATED)] + _TRUNCATED
+    return text + tail
+
+
+class GitHubSurface:
+    name = "github"
+
+    def __init__(self, client: GitHubClient) -> None:
+        self.client = client
+
+    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+        ref = parse_issue_ref(thread_ref)
+        comment = await self.client.create_comment(ref.repo, ref.number, with_marker(text, key))
+        return _posted(ref.repo, ref.number, comment.comment_id)
+
+    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
+        ref = parse_issue_ref(thread_ref)
+        wanted = marker(key)
+        for comment in await self.client.list_comments(ref.repo, ref.number):
+            if comment.body.rstrip().endswith(wanted):
+                return _posted(ref.repo, ref.number, comment.comment_id)
+        return None
+
+    async def update(self, posted: PostedRef, text: str) -> None:
+        ref = parse_issue_ref(f"github:{posted.ref}")
+        if ref.comment_id is None:
+            raise Permanent(f"not a GitHub comment: {posted.ref!r}")
+        # Keep the marker: find_post must still recognise the post after an edit.
+        comments = await self.client.list_comments(ref.repo, ref.number)
+        current = next((c for c in comments if c.comment_id == ref.comment_id), None)
+        body = _rekeyed(current.body if current else "", text)
+        await self.client.edit_comment(ref.repo, ref.number, ref.comment_id, body)
+
+    async def react(self, thread_ref: str, emoji: str) -> None:
+        content = _REACTIONS.get(emoji.strip(":"))
+        if content is None:
+            raise Permanent(f"GitHub has no reaction for {emoji!r}")
+        await self.client.react(parse_issue_ref(thread_ref), content)
+
+
+def _posted(repo: str, number: int, comment_id: int) -> PostedRef:
+    return PostedRef(surface="github", ref=f"{repo}#{number}:{comment_id}")
+
+
+def _rekeyed(old_body: str, text: str) -> str:
+    start = old_body.rfind("<!-- keel:")
+    return _with_tail(text, old_body[start:].strip() if start >= 0 else "")

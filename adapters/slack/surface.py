@@ -1,0 +1,193 @@
+"""SlackSurface: replies in a Slack thread through slack_sdk's AsyncWebClient.
+
+Every post carries message metadata ``{"event_type": "keel_post", "event_payload":
+{"key": key}}``; reconciling a post whose response was lost reads the thread with
+``include_all_metadata`` and looks for that key. The client is built with no retry handlers:
+Slack's Web API is all POSTs, and repeating one blindly could post twice. Slack errors are
+translated here, once, into Retryable or Permanent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from adapters.config import SlackConfig
+from adapters.slack.signals import SlackIdentity
+from runtime.errors import ConfigError, Permanent, Retryable
+from runtime.surfaces import PostedRef
+
+# chat.postMessage truncates text beyond 40,000 characters without saying so; we say so.
+TEXT_LIMIT = 40_000
+_TRUNCATED = "\n… (truncated)"
+_EVENT_TYPE = "keel_post"
+_THREAD_REF = re.compile(
+    r"^slack:(?P<team>[^\s/:]+)/(?P<channel>[^\s/:]+)/(?P<thread_ts>\d+\.\d+)(?::(?P<ts>\d+\.\d+))?$"
+)
+_RETRYABLE_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlackThread:
+    """``slack:{team}/{channel}/{thread_ts}``, optionally ``:{ts}`` naming one message in it."""
+
+    team: str
+    channel: str
+    thread_ts: str
+    message_ts: str | None = None
+
+
+def parse_thread_ref(thread_ref: str) -> SlackThread:
+    found = _THREAD_REF.match(thread_ref)
+    if found is None:
+        raise Permanent(f"not a Slack thread: {thread_ref!r}")
+    return SlackThread(found["team"], found["channel"], found["thread_ts"], found["ts"])
+
+
+def slack_client(config: SlackConfig, *, timeout_s: int = 30) -> AsyncWebClient:
+    if config.bot_token is None:
+        raise ConfigError("slack.bot_token: required to post to Slack")
+    return AsyncWebClient(
+        token=config.bot_token.get_secret_value(),
+        base_url=config.api_url,
+        timeout=timeout_s,
+        retry_handlers=[],
+    )
+
+
+def truncated(text: str, limit: int = TEXT_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(_TRUNCATED)] + _TRUNCATED
+
+
+async def fetch_slack_identity(client: AsyncWebClient) -> SlackIdentity:
+    """Who the bot is (auth.test, then users.info for the app id): call at startup only."""
+    auth = await call_slack(client.auth_test())
+    user = await call_slack(client.users_info(user=auth["user_id"]))
+    profile = user["user"].get("profile") or {}
+    return SlackIdentity(
+        team_id=auth["team_id"],
+        bot_user_id=auth["user_id"],
+        bot_id=auth.get("bot_id") or profile.get("bot_id") or "",
+        app_id=profile.get("api_app_id") or "",
+    )
+
+
+class SlackSurface:
+    name = "slack"
+
+    def __init__(self, client: AsyncWebClient, identity: SlackIdentity | None = None) -> None:
+        self.client = client
+        # With an identity, only our own bot's messages can be mistaken for our posts.
+        self.bot_id = identity.bot_id if identity else None
+
+    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+        thread = parse_thread_ref(thread_ref)
+        posted = await call_slack(
+            self.client.chat_postMessage(
+                channel=thread.channel,
+                thread_ts=thread.thread_ts,
+                text=truncated(text),
+                metadata={"event_type": _EVENT_TYPE, "event_payload": {"key": key}},
+            )
+        )
+        return _posted(thread.channel, posted["ts"])
+
+    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
+        thread = parse_thread_ref(thread_ref)
+        cursor: str | None = None
+        while True:
+            page = await call_slack(
+                self.client.conversations_replies(
+                    channel=thread.channel,
+                    ts=thread.thread_ts,
+                    include_all_metadata=True,
+                    cursor=cursor,
+                )
+            )
+            found = next((m for m in page["messages"] if self._carries(m, key)), None)
+            if found is not None:
+                return _posted(thread.channel, found["ts"])
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not page.get("has_more") or not cursor:
+                return None
+
+    async def update(self, posted: PostedRef, text: str) -> None:
+        channel, _, ts = posted.ref.partition(":")
+        if not ts:
+            raise Permanent(f"not a Slack post: {posted.ref!r}")
+        await call_slack(self.client.chat_update(channel=channel, ts=ts, text=truncated(text)))
+
+    async def react(self, thread_ref: str, emoji: str) -> None:
+        thread = parse_thread_ref(thread_ref)
+        reaction = self.client.reactions_add(
+            channel=thread.channel,
+            name=emoji.strip(":"),
+            timestamp=thread.message_ts or thread.thread_ts,
+        )
+        try:
+            await call_slack(reaction)
+        except Permanent as e:
+            # Reacting is idempotent for us: the reaction being there already is the goal.
+            cause = e.__cause__
+            if not (isinstance(cause, SlackApiError) and _error_code(cause) == "already_reacted"):
+                raise
+
+    def _carries(self, message: dict[str, Any], key: str) -> bool:
+        if self.bot_id is not None and message.get("bot_id") != self.bot_id:
+            return False
+        metadata = message.get("metadata") or {}
+        payload = metadata.get("event_payload") or {}
+        return bool(metadata.get("event_type") == _EVENT_TYPE and payload.get("key") == key)
+
+
+def _posted(channel: str, ts: str) -> PostedRef:
+    return PostedRef(surface="slack", ref=f"{channel}:{ts}")
+
+
+async def call_slack(request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
+    """Await one Web API call, translating its failure into Retryable or Permanent."""
+    try:
+        return await request
+    except SlackApiError as e:
+        raise translate_slack_error(e) from e
+    except (TimeoutError, aiohttp.ClientError, SlackClientError) as e:
+        # The request may have landed (a dropped response): the outbox reconciles by key.
+        raise Retryable(f"Slack transport error, outcome unknown: {type(e).__name__}") from e
+
+
+def translate_slack_error(error: SlackApiError) -> Retryable | Permanent:
+    code = _error_code(error)
+    status = getattr(error.response, "status_code", 200)
+    message = f"Slack {code} (HTTP {status})"
+    if status == 429 or code == "ratelimited":
+        return Retryable(message, retry_after_s=_retry_after(error.response))
+    if status >= 500 or code in _RETRYABLE_ERRORS:
+        return Retryable(message)
+    return Permanent(message)
+
+
+def _error_code(error: SlackApiError) -> str:
+    data = getattr(error.response, "data", None)
+    return str(data.get("error", "unknown_error")) if isinstance(data, dict) else "unknown_error"
+
+
+def _retry_after(response: Any) -> float | None:
+    headers = {str(k).lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
+    value = headers.get("retry-after")
+    if isinstance(value, list):
+        value = value[0] if value else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

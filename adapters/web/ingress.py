@@ -1,0 +1,121 @@
+"""Webhook ingress: the routes Slack and GitHub call, and the body-size limit in front of them.
+
+The routes verify, translate and hand each outcome to a ``SignalSink``, and answer only after
+the sink returned (the sink commits the Signal and its route decision). A sink that raises
+``Retryable`` (the database is away) turns into 503, so the provider delivers again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Protocol
+
+from fastapi import APIRouter, FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from routing.signal import Ignored, Signal
+
+SLACK_EVENTS_PATH = "/slack/events"
+GITHUB_WEBHOOK_PATH = "/github/webhook"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class SignalSink(Protocol):
+    """Where ingress puts each delivery; returns once it is durably recorded."""
+
+    async def accept(
+        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
+    ) -> object: ...
+
+
+class WebhookRoute(Protocol):
+    async def handle(self, request: Request) -> Response: ...
+
+
+def create_ingress_router(
+    *, slack: WebhookRoute | None = None, github: WebhookRoute | None = None
+) -> APIRouter:
+    """``POST /slack/events`` and ``POST /github/webhook`` for the surfaces that are enabled."""
+    router = APIRouter()
+    if slack is not None:
+        router.add_api_route(SLACK_EVENTS_PATH, slack.handle, methods=["POST"])
+    if github is not None:
+        router.add_api_route(GITHUB_WEBHOOK_PATH, github.handle, methods=["POST"])
+    return router
+
+
+def install_ingress(app: FastAPI, router: APIRouter, *, body_limit_bytes: int) -> None:
+    """Mount the routes behind the body-size limit (call while building the app)."""
+    app.include_router(router)
+    paths = frozenset(route.path for route in router.routes if hasattr(route, "path"))
+    app.add_middleware(BodyLimitMiddleware, limit_bytes=body_limit_bytes, paths=paths)
+
+
+class BodyLimitMiddleware:
+    """Refuse a body over the limit with 413 before any route reads or parses it.
+
+    The body is buffered (it is small by construction) and replayed to the route, so a sender
+    that lies in Content-Length or streams chunks is held to the same limit.
+    """
+
+    def __init__(self, app: ASGIApp, *, limit_bytes: int, paths: frozenset[str]) -> None:
+        self.app = app
+        self.limit_bytes = limit_bytes
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        if self._declared_too_big(scope):
+            await _too_large(scope, receive, send)
+            return
+        body = await _read_at_most(receive, self.limit_bytes)
+        if body is None:
+            await _too_large(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _declared_too_big(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                return not value.isdigit() or int(value) > self.limit_bytes
+        return False
+
+
+async def _read_at_most(receive: Receive, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _too_large(scope: Scope, receive: Receive, send: Send) -> None:
+    response = Response(
+        '{"error": "payload too large"}', status_code=413, media_type="application/json"
+    )
+    await response(scope, receive, send)

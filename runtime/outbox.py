@@ -1,0 +1,170 @@
+"""The outbox dispatcher: sends queued posts through the surfaces, each at most once.
+
+A row is marked ``sending`` (committed) before the surface is called. A row found ``sending``
+later may have landed without us hearing back, so the surface is asked for a post carrying
+its key before anything is sent again. Progress edits are rate-limited per message.
+If the origin fails permanently, the post goes to the fallback surface, and where it landed
+is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from runtime.clock import Clock
+from runtime.errors import Permanent, Retryable
+from runtime.notifier import Notifier
+from runtime.store import outbox
+from runtime.store.engine import Database
+from runtime.store.outbox import OutboxPost
+from runtime.surfaces import PostedRef, Surface
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    surface: str
+    thread_ref: str
+
+
+class OutboxDispatcher:
+    def __init__(
+        self,
+        db: Database,
+        surfaces: Mapping[str, Surface],
+        clock: Clock,
+        *,
+        edit_interval_s: float = 3.0,
+        fallback: Fallback | None = None,
+        notifier: Notifier | None = None,
+        max_attempts: int = 8,
+    ) -> None:
+        self.db = db
+        self.surfaces = surfaces
+        self.clock = clock
+        self.edit_interval_s = edit_interval_s
+        self.fallback = fallback
+        self.notifier = notifier or Notifier()
+        self.max_attempts = max_attempts
+        self.failures = 0
+
+    async def run(self, stopping: asyncio.Event, poll_s: float = 0.2) -> None:
+        self.notifier.bind(asyncio.get_running_loop())
+        while not stopping.is_set():
+            try:
+                sent = await self.run_once()
+            except Exception:  # loop boundary: the database may be briefly unavailable
+                log.exception("outbox round failed")
+                sent = 0
+            if not sent:
+                await self.notifier.wait(poll_s)
+
+    async def run_once(self, limit: int = 50) -> int:
+        now = self.clock.now()
+        due = await self.db.read(lambda s: outbox.due_posts(s, now, self.edit_interval_s, limit))
+        results = await asyncio.gather(*(self._send(post) for post in due))
+        return sum(results)
+
+    async def _send(self, post: OutboxPost) -> int:
+        surface = self.surfaces.get(post.surface)
+        if surface is None:
+            await self._fail(post, f"surface {post.surface!r} is not configured", permanent=True)
+            return 0
+        try:
+            if post.state == "stale" and post.landed_on:
+                await surface.update(_posted(post), post.body)
+                await self._landed(post, post.landed_on)
+                return 1
+            recovering = post.state == "sending"
+            await self.db.run(
+                lambda s: outbox.mark(
+                    s, post.outbox_id, state="sending", attempts=post.attempts + 1
+                )
+            )
+            ref = await self._deliver(surface, post, recovering)
+        except Retryable as e:
+            await self._retry(post, e)
+            return 0
+        except Permanent as e:
+            return await self._to_fallback(post, e)
+        await self._landed(post, f"{ref.surface}:{ref.ref}")
+        return 1
+
+    async def _deliver(self, surface: Surface, post: OutboxPost, recovering: bool) -> PostedRef:
+        if post.action == "react":
+            await surface.react(post.thread_ref, post.body)
+            return PostedRef(post.surface, post.thread_ref)
+        if recovering:
+            found = await surface.find_post(post.thread_ref, key=post.key)
+            if found is not None:
+                return found
+        return await surface.post(post.thread_ref, post.body, key=post.key)
+
+    async def _landed(self, post: OutboxPost, where: str) -> None:
+        now = self.clock.now()
+
+        def work(session: object) -> None:
+            from runtime.store.models import OutboxRow
+
+            row = session.get(OutboxRow, post.outbox_id)  # type: ignore[attr-defined]
+            if row is None:
+                return
+            # A newer body may have arrived while we were sending: keep it stale.
+            row.state = "stale" if row.body != post.body else "landed"
+            row.landed_on = where
+            row.landed_at = now
+            row.last_error = None
+
+        await self.db.run(work)
+
+    async def _retry(self, post: OutboxPost, error: Retryable) -> None:
+        if post.attempts + 1 >= self.max_attempts:
+            await self._fail(
+                post, f"gave up after {post.attempts + 1} attempts: {error}", permanent=True
+            )
+            return
+        delay = (
+            error.retry_after_s
+            if error.retry_after_s is not None
+            else min(60.0, 2.0**post.attempts)
+        )
+        at = self.clock.now() + timedelta(seconds=delay)
+        # Keep "sending" so the next attempt reconciles before posting again.
+        await self.db.run(
+            lambda s: outbox.mark(s, post.outbox_id, next_attempt_at=at, last_error=str(error))
+        )
+
+    async def _to_fallback(self, post: OutboxPost, error: Permanent) -> int:
+        fallback = self.fallback
+        target = self.surfaces.get(fallback.surface) if fallback else None
+        if fallback is None or target is None or post.action == "react":
+            await self._fail(post, str(error), permanent=True)
+            return 0
+        text = f"(Could not post in {post.thread_ref}: {error})\n\n{post.body}"
+        try:
+            ref = await target.post(fallback.thread_ref, text, key=post.key)
+        except (Retryable, Permanent) as e:
+            await self._fail(post, f"origin: {error}; fallback: {e}", permanent=True)
+            return 0
+        await self._landed(post, f"fallback:{ref.surface}:{ref.ref}")
+        return 1
+
+    async def _fail(self, post: OutboxPost, reason: str, *, permanent: bool) -> None:
+        self.failures += 1
+        log.warning("outbox post %s failed: %s", post.key, reason)
+        await self.db.run(
+            lambda s: outbox.mark(s, post.outbox_id, state="failed", last_error=reason)
+        )
+
+
+def _posted(post: OutboxPost) -> PostedRef:
+    assert post.landed_on is not None
+    surface, _, ref = post.landed_on.partition(":")
+    if surface == "fallback":
+        surface, _, ref = ref.partition(":")
+    return PostedRef(surface, ref)

@@ -1,0 +1,230 @@
+"""The communication policy: what people in the thread see, and when.
+
+An acknowledgement on the origin, one progress message edited in place, and one completion
+reply that lists the evidence with its strength. Every post goes through the Outbox with a
+key (task, purpose), so it lands at most once. A reply never claims what the ledger lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from runtime.clock import Clock
+from runtime.evidence import EvidenceItem, Strength
+from runtime.store import outbox, runs
+from runtime.store.records import Task, TaskResult, TaskStatus
+
+PHASE_LABELS = {
+    "load_context": "reading the request",
+    "check_scheduler": "checking for new input",
+    "call_model": "thinking",
+    "dispatch_tools": "running tools",
+    "await_tools": "waiting for tools",
+    "advance_turn": "reviewing results",
+}
+
+
+def surface_of(thread_ref: str) -> str:
+    return thread_ref.split(":", 1)[0]
+
+
+def progress_key(task_id: str) -> str:
+    return f"{task_id}:progress"
+
+
+def completion_key(task_id: str) -> str:
+    return f"{task_id}:completion"
+
+
+def ack_key(signal_id: str) -> str:
+    return f"ack:{signal_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportingPolicy:
+    ack: str = "reaction"  # reaction | reply
+    ack_emoji: str = "eyes"
+    progress: bool = True
+
+
+def enqueue_ack(
+    session: Session,
+    policy: ReportingPolicy,
+    *,
+    task_id: str,
+    signal_id: str,
+    thread_ref: str,
+    now: datetime,
+    emoji: str | None = None,
+) -> None:
+    """Acknowledge an accepted signal on its origin: a reaction, or a short reply."""
+    reply = policy.ack == "reply" and emoji is None
+    outbox.enqueue_post(
+        session,
+        task_id=task_id,
+        purpose="ack",
+        surface=surface_of(thread_ref),
+        thread_ref=thread_ref,
+        key=ack_key(signal_id),
+        action="post" if reply else "react",
+        body="On it." if reply else (emoji or policy.ack_emoji),
+        now=now,
+    )
+
+
+class ThreadReporter:
+    """The executor's Reporter: queues progress and completion posts in its transactions."""
+
+    def __init__(self, clock: Clock, policy: ReportingPolicy | None = None) -> None:
+        self.clock = clock
+        self.policy = policy or ReportingPolicy()
+
+    def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None:
+        if not self.policy.progress or task.origin_thread_ref is None or task.parent_id:
+            return
+        body = progress_text(task, detail or PHASE_LABELS.get(phase, phase))
+        key = progress_key(task.task_id)
+        outbox.enqueue_post(
+            session,
+            task_id=task.task_id,
+            purpose="progress",
+            surface=surface_of(task.origin_thread_ref),
+            thread_ref=task.origin_thread_ref,
+            key=key,
+            action="post",
+            body=body,
+            now=self.clock.now(),
+        )
+        outbox.set_body(session, key, body)
+
+    def on_finished(self, session: Session, task: Task, result: TaskResult) -> None:
+        if task.origin_thread_ref is None or task.parent_id:
+            return
+        evidence = [r.item for r in runs.evidence_of_tree(session, task.root_id)]
+        calls = runs.all_calls(session, task.task_id)
+        uncertain = [c.name for c in calls if c.outcome == "interrupted"]
+        body = completion_text(result, evidence, uncertain)
+        now = self.clock.now()
+        outbox.enqueue_post(
+            session,
+            task_id=task.task_id,
+            purpose="completion",
+            surface=surface_of(task.origin_thread_ref),
+            thread_ref=task.origin_thread_ref,
+            key=completion_key(task.task_id),
+            action="post",
+            body=body,
+            now=now,
+        )
+        if self.policy.progress:
+            outbox.set_body(
+                session, progress_key(task.task_id), progress_text(task, _done_label(result))
+            )
+
+
+def _done_label(result: TaskResult) -> str:
+    return {
+        TaskStatus.succeeded: "finished — see the reply below",
+        TaskStatus.failed: "stopped with a problem — see the reply below",
+        TaskStatus.canceled: "stopped on request",
+        TaskStatus.timed_out: "timed out",
+    }.get(result.status, result.status.value)
+
+
+def progress_text(task: Task, step: str) -> str:
+    return f"⏳ Working on it: {step}"
+
+
+def completion_text(
+    result: TaskResult, evidence: Sequence[EvidenceItem], uncertain: Sequence[str]
+) -> str:
+    lines = [_headline(result)]
+    if result.summary:
+        lines += ["", result.summary.strip()]
+    shown = newest_per_ref(evidence)
+    if shown:
+        lines += ["", "*Evidence*"] + [f"• {describe_evidence(item)}" for item in shown]
+    elif result.status is TaskStatus.succeeded:
+        lines += ["", "_No artifacts were recorded for this task, so nothing here is verified._"]
+    if uncertain:
+        names = ", ".join(sorted(set(uncertain)))
+        lines += [
+            "",
+            f"⚠️ Uncertain: {names} was interrupted after dispatch; whether it took "
+            "effect is unknown and it was not repeated.",
+        ]
+    return "\n".join(lines)
+
+
+def _headline(result: TaskResult) -> str:
+    outcome = str(result.detail.get("outcome", ""))
+    if outcome.startswith("limit:"):
+        return f"🛑 I stopped at a limit ({outcome.removeprefix('limit:')})."
+    return {
+        TaskStatus.succeeded: "✅ Done.",
+        TaskStatus.failed: "❌ I could not finish this.",
+        TaskStatus.canceled: "⏹️ Stopped, as asked. Nothing new was started after the stop.",
+        TaskStatus.timed_out: "⌛ This task ran past its deadline and was stopped.",
+    }.get(result.status, result.status.value)
+
+
+def newest_per_ref(evidence: Sequence[EvidenceItem]) -> list[EvidenceItem]:
+    """One line per artifact, keeping its strongest observation."""
+    best: dict[tuple[str, str], EvidenceItem] = {}
+    for item in evidence:
+        key = (item.kind, item.ref)
+        if key not in best or item.strength >= best[key].strength:
+            best[key] = item
+    return list(best.values())
+
+
+STRENGTH_WORDS = {
+    Strength.tool_reported: "tool said",
+    Strength.provider_read_back: "read back from the provider",
+    Strength.verified: "verified",
+}
+
+
+def describe_evidence(item: EvidenceItem) -> str:
+    d: dict[str, Any] = dict(item.detail)
+    strength = STRENGTH_WORDS.get(item.strength, str(item.strength))
+    match item.kind:
+        case "pull_request":
+            where = (
+                "read back from GitHub"
+                if item.strength >= Strength.provider_read_back
+                else strength
+            )
+            return f"PR #{d.get('number', '?')} {d.get('url', '')} — {where}".replace("  ", " ")
+        case "commit":
+            sha = str(d.get("sha", item.ref))[:7]
+            branch = f" on `{d['branch']}`" if d.get("branch") else ""
+            return f"Commit {sha}{branch} — {strength}"
+        case "test_run":
+            command = d.get("command", item.ref)
+            return f"`{command}` exit {d.get('exit_code', '?')}{_counts(d)} — {strength}"
+        case "ci_run":
+            return _ci_line(d, item.strength)
+        case _:
+            return f"{item.kind} {item.ref} — {strength}"
+
+
+def _counts(d: dict[str, Any]) -> str:
+    parts = [f"{d[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if d.get(k)]
+    return (", " + ", ".join(parts)) if parts else ""
+
+
+def _ci_line(d: dict[str, Any], strength: Strength) -> str:
+    sha = str(d.get("sha", d.get("head_sha", "")))[:7]
+    total = d.get("total")
+    passed = d.get("passed")
+    if strength >= Strength.verified:
+        count = f"{passed}/{total} checks passed" if total is not None else "all checks passed"
+        return f"CI: {count} on {sha} — verified"
+    conclusion = d.get("conclusion", "not passing")
+    return f"CI on {sha}: {conclusion} — {STRENGTH_WORDS[strength]}"

@@ -1,0 +1,90 @@
+"""Outbox SQL: every post to a thread is a row, sent at most once (reconciled by its key)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from runtime.store.models import OutboxRow
+from runtime.store.runs import enqueue_post
+
+__all__ = ["OutboxPost", "due_posts", "enqueue_post", "posts_of_task", "set_body"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxPost:
+    outbox_id: int
+    task_id: str
+    purpose: str
+    surface: str
+    thread_ref: str
+    key: str
+    action: str  # post | react
+    body: str
+    state: str  # pending | sending | landed | stale | failed
+    attempts: int
+    landed_on: str | None
+    landed_at: datetime | None
+    last_error: str | None
+
+
+def _to_post(row: OutboxRow) -> OutboxPost:
+    return OutboxPost(
+        row.outbox_id,
+        row.task_id,
+        row.purpose,
+        row.surface,
+        row.thread_ref,
+        row.idempotency_key,
+        row.action,
+        row.body,
+        row.state,
+        row.attempts,
+        row.landed_on,
+        row.landed_at,
+        row.last_error,
+    )
+
+
+def set_body(session: Session, key: str, body: str) -> None:
+    """New text for an existing post: a landed one becomes stale (to be edited in place)."""
+    row = session.scalars(select(OutboxRow).where(OutboxRow.idempotency_key == key)).first()
+    if row is None or row.body == body:
+        return
+    row.body = body
+    if row.state == "landed":
+        row.state = "stale"
+
+
+def due_posts(
+    session: Session, now: datetime, edit_interval_s: float, limit: int
+) -> list[OutboxPost]:
+    edit_before = now - timedelta(seconds=edit_interval_s)
+    query = (
+        select(OutboxRow)
+        .where(
+            or_(
+                OutboxRow.state.in_(["pending", "sending"]),
+                (OutboxRow.state == "stale") & (OutboxRow.landed_at <= edit_before),
+            ),
+            OutboxRow.next_attempt_at <= now,
+        )
+        .order_by(OutboxRow.outbox_id)
+        .limit(limit)
+    )
+    return [_to_post(r) for r in session.scalars(query)]
+
+
+def mark(session: Session, outbox_id: int, **values: object) -> None:
+    row = session.get(OutboxRow, outbox_id)
+    if row is not None:
+        for name, value in values.items():
+            setattr(row, name, value)
+
+
+def posts_of_task(session: Session, task_id: str) -> list[OutboxPost]:
+    query = select(OutboxRow).where(OutboxRow.task_id == task_id).order_by(OutboxRow.outbox_id)
+    return [_to_post(r) for r in session.scalars(query)]

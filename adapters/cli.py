@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from runtime.store.engine import make_engine, resolve_url
@@ -14,7 +17,7 @@ app.add_typer(db_app, name="db")
 
 @db_app.command("upgrade")
 def db_upgrade(
-    database_url: str | None = typer.Option(None, help="Overrides KEEL_DATABASE_URL."),
+    database_url: Annotated[str | None, typer.Option(help="Overrides KEEL_DATABASE_URL.")] = None,
 ) -> None:
     """Apply migrations; a no-op on a database that is already current."""
     url = database_url or resolve_url(None)
@@ -28,9 +31,26 @@ def db_upgrade(
 
 
 @app.command()
-def demo() -> None:
-    """Run the end-to-end demo on embedded defaults."""
-    typer.echo("keel demo is not built yet: it arrives with the application issue.")
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Keep the demo's files here.")] = None,
+) -> None:
+    """Run the whole job end to end: emulated Slack and GitHub, SQLite, the scripted model."""
+    import asyncio
+    import tempfile
+
+    from adapters.demo.scenario import print_thread, run_demo
+
+    folder = workdir or Path(tempfile.mkdtemp(prefix="keel-demo-"))
+    typer.echo(f"Keel demo in {folder}")
+    result = asyncio.run(run_demo(folder, echo=typer.echo))
+    print_thread(result, typer.echo)
+    if result.ui_url:
+        typer.echo(f"Task UI (while Keel runs): {result.ui_url}")
+    if not result.ok:
+        for problem in result.problems:
+            typer.echo(f"✗ {problem}", err=True)
+        raise typer.Exit(1)
+    typer.echo("✓ the reply landed in the thread with its evidence")
 
 
 def main() -> None:

@@ -221,8 +221,10 @@ def _counts(d: dict[str, Any]) -> str:
 
 def _ci_line(d: dict[str, Any], strength: Strength) -> str:
     sha = str(d.get("sha", d.get("head_sha", "")))[:7]
-    total = d.get("total")
-    passed = d.get("passed")
+    checks = d.get("checks")
+    total = len(checks) if isinstance(checks, list) else d.get("total")
+    failed = d.get("failed")
+    passed = total - len(failed) if total is not None and isinstance(failed, list) else total
     if strength >= Strength.verified:
         count = f"{passed}/{total} checks passed" if total is not None else "all checks passed"
         return f"CI: {count} on {sha} — verified"

@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -126,6 +127,8 @@ class Repo:
     reactions: list[Reaction] = field(default_factory=list)
     created_pulls: int = 0
     created_comments: int = 0
+    # Where branch heads really live (e.g. a local bare git repository in the demo).
+    resolve_branch: Callable[[str], str | None] | None = None
 
     @property
     def full_name(self) -> str:
@@ -136,6 +139,10 @@ class Repo:
 
     def branch_sha(self, branch: str) -> str:
         """The branch's head; a branch nobody set gets a stable sha from its name."""
+        if branch not in self.branches and self.resolve_branch is not None:
+            found = self.resolve_branch(branch)
+            if found:
+                return found
         return self.branches.setdefault(branch, hashlib.sha1(branch.encode()).hexdigest())
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -42,14 +42,19 @@ class RunningServer:
         self.stop()
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> RunningServer:
-    """Start ``app`` and return once it accepts connections (port 0 picks a free port)."""
+def serve(
+    app: Any, host: str = "127.0.0.1", port: int = 0, *, lifespan: Literal["on", "off"] = "off"
+) -> RunningServer:
+    """Start ``app`` and return once it accepts connections (port 0 picks a free port).
+
+    ``lifespan="on"`` runs the app's startup (and shutdown) around serving, as Keel needs.
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False
+        app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=5, access_log=False
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(

@@ -19,6 +19,7 @@ from adapters.github.surface import marker, with_marker
 from runtime.errors import Permanent, Retryable
 from runtime.evidence import EvidenceItem, Strength
 from runtime.tools.base import Completed, Effect, Pending, Started, Tool, ToolContext, Unknown
+from runtime.workspace.git import git
 
 RepoFor = Callable[[str], Awaitable[str]]
 """The ``owner/name`` a task works on, given its task id."""
@@ -135,7 +136,12 @@ class WaitForCi:
     )
     _PARAMETERS: ClassVar[dict[str, Any]] = {
         "type": "object",
-        "properties": {"sha": {"type": "string", "description": "the full 40-character sha"}},
+        "properties": {
+            "sha": {
+                "type": "string",
+                "description": "the full 40-character sha, or HEAD for the workspace's HEAD",
+            }
+        },
         "required": ["sha"],
     }
     effect: Effect = "wait"
@@ -147,6 +153,9 @@ class WaitForCi:
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         sha = str(args.get("sha", "")).strip().lower()
+        if sha == "head" and ctx.workspace is not None:
+            head = await git(["rev-parse", "HEAD"], cwd=ctx.workspace)
+            sha = head.stdout.strip() if head.returncode == 0 else sha
         if not _SHA.match(sha):
             return Completed(f"wait_for_ci needs a full 40-character sha, got {sha!r}", True)
         return Started(handle=sha)

@@ -100,7 +100,7 @@ class Database:
         with self.engine.connect() as conn:
             conn.info["keel_read_only"] = True
             try:
-                with Session(bind=conn) as session, session.begin():
+                with Session(bind=conn, expire_on_commit=False) as session, session.begin():
                     return work(session)
             finally:
                 conn.info.pop("keel_read_only", None)

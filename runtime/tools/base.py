@@ -61,10 +61,19 @@ class ToolContext:
 
 @runtime_checkable
 class Tool(Protocol):
-    name: str
-    description: str
-    parameters: dict[str, Any]  # JSON schema of the arguments object
-    effect: Effect
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """JSON schema of the arguments object."""
+        ...
+
+    @property
+    def effect(self) -> Effect: ...
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started: ...
 

@@ -1,0 +1,304 @@
+"""The composition root's parts: everything built from one AppConfig, and its lifecycle.
+
+``adapters/web/app.py`` (``keel serve``) and ``adapters/cli.py`` (``keel worker``) both build a
+``Keel`` from config; nothing here is built at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from adapters.config import AppConfig
+from adapters.github.client import GitHubClient
+from adapters.github.surface import GitHubSurface
+from adapters.github.tools import github_tools
+from adapters.slack.signals import SlackIdentity
+from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from routing.apply import IngestResult, Router
+from routing.policy import RoutingPolicy
+from routing.signal import Ignored, Signal
+from runtime.clock import Clock, SystemClock
+from runtime.errors import KeelError
+from runtime.executor.context import ExecutorContext
+from runtime.executor.runner import Runner
+from runtime.models.base import ModelProvider
+from runtime.models.factory import build_provider
+from runtime.notifier import Notifier
+from runtime.outbox import Fallback, OutboxDispatcher
+from runtime.reporting import ReportingPolicy, ThreadReporter, enqueue_ack
+from runtime.scheduler import Scheduler
+from runtime.store.engine import Database, resolve_url
+from runtime.store.listen import PgListener
+from runtime.store.migrate import upgrade
+from runtime.store.records import Task
+from runtime.surfaces import Surface
+from runtime.tools.base import Tool
+from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
+from runtime.tools.devbox import devbox_tools
+from runtime.worker import Worker
+from runtime.workspace import Workspaces, WorkspaceSpec
+
+log = logging.getLogger(__name__)
+
+ACTING = ("new_task", "append", "stop")
+
+
+class RepoGuidance:
+    """``AGENTS.md`` at the repository root, if present, becomes part of the task context."""
+
+    def __init__(self, keel: Keel) -> None:
+        self.keel = keel
+
+    async def sections(self, task: Task) -> list[str]:
+        workspace = await self.keel.workspace_for(task)
+        guide = workspace / "AGENTS.md" if workspace else None
+        if guide is None or not guide.is_file():
+            return []
+        return ["Repository guidance (AGENTS.md):\n" + guide.read_text(errors="replace")[:20000]]
+
+
+@dataclass
+class Keel:
+    config: AppConfig
+    clock: Clock = field(default_factory=SystemClock)
+    provider: ModelProvider | None = None
+    db: Database = field(init=False)
+    scheduler: Scheduler = field(init=False)
+    router: Router = field(init=False)
+    surfaces: dict[str, Surface] = field(init=False, default_factory=dict)
+    github: GitHubClient | None = field(init=False, default=None)
+    slack_identity: SlackIdentity | None = field(init=False, default=None)
+    workspaces: Workspaces = field(init=False)
+    worker: Worker = field(init=False)
+    dispatcher: OutboxDispatcher = field(init=False)
+    reporting: ReportingPolicy = field(init=False)
+    _paths: dict[str, Path] = field(init=False, default_factory=dict)
+    _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
+    _listener: PgListener | None = field(init=False, default=None)
+    _stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _permissions: dict[tuple[str, str], tuple[float, str | None]] = field(
+        init=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        url = resolve_url(cfg.database.url)
+        self.db = Database.from_url(url)
+        upgrade(self.db.engine)  # migrations apply on start
+        notifier = Notifier()
+        self.scheduler = Scheduler(
+            self.db, clock=self.clock, notifier=notifier, lease_seconds=cfg.worker.lease_seconds
+        )
+        self.router = Router(self.scheduler, self.db, self._policy(), self.clock)
+        self.workspaces = Workspaces(cfg.workspace.root, cfg.workspace.sandbox)
+        self.reporting = ReportingPolicy(
+            ack=cfg.reporting.ack,
+            ack_emoji=cfg.reporting.ack_emoji,
+            progress=cfg.reporting.progress,
+        )
+        if self.db.is_postgres:
+            self._listener = PgListener(url, notifier)
+
+    def _policy(self) -> RoutingPolicy:
+        cfg = self.config
+        return RoutingPolicy.from_config(
+            cfg.routing,
+            cfg.daemons,
+            slack_allowed_channels=cfg.slack.allowed_channels,
+            slack_allowed_users=cfg.slack.allowed_users,
+            github_min_permission=cfg.github.min_permission,
+            github_allowed_bots=cfg.github.allowed_bots,
+            github_bot_login=cfg.github.bot_login,
+            github_app_id=cfg.github.app.app_id,
+        )
+
+    # -- surfaces, tools and the executor ------------------------------------------------
+
+    async def connect(self) -> None:
+        """Talk to the providers once at start: who we are on Slack; GitHub clients."""
+        cfg = self.config
+        if cfg.slack.enabled:
+            client = slack_client(cfg.slack)
+            self.slack_identity = await fetch_slack_identity(client)
+            self.surfaces["slack"] = SlackSurface(client, self.slack_identity)
+        if cfg.github.enabled:
+            self.github = GitHubClient.from_config(cfg.github)
+            self.surfaces["github"] = GitHubSurface(self.github)
+        self._build_executor()
+
+    def _build_executor(self) -> None:
+        cfg = self.config
+        provider = self.provider or self._provider()
+        ctx = ExecutorContext(
+            db=self.db,
+            scheduler=self.scheduler,
+            provider=provider,
+            tools=self._tools(),
+            agents=dict(cfg.agents),
+            clock=self.clock,
+            reporter=ThreadReporter(self.clock, self.reporting),
+            context_sources=(RepoGuidance(self),),
+            workspace_for=self.workspace_for,
+        )
+        self.worker = Worker(
+            self.scheduler,
+            Runner(ctx),
+            concurrency=cfg.worker.concurrency,
+            poll_interval_s=cfg.worker.poll_interval_s,
+        )
+        fallback = cfg.reporting.fallback
+        self.dispatcher = OutboxDispatcher(
+            self.db,
+            self.surfaces,
+            self.clock,
+            edit_interval_s=cfg.reporting.progress_min_interval_s,
+            fallback=Fallback(fallback.surface, fallback.thread_ref) if fallback else None,
+            notifier=self.scheduler.notifier,
+        )
+
+    def _provider(self) -> ModelProvider:
+        model = self.config.model
+        if model.provider == "scripted":
+            if model.script is None:
+                raise KeelError("model.script: the scripted provider needs a script path")
+            return build_provider("scripted", path=model.script)
+        key = model.api_key.get_secret_value() if model.api_key else None
+        return build_provider(
+            "openai", base_url=model.base_url, model=model.model, api_key=key,
+            timeout_s=model.timeout_s,
+        )
+
+    def _tools(self) -> dict[str, Tool]:
+        agent = self.config.agents.get("default")
+        sandbox = self.workspaces.sandbox
+        if agent is not None and agent.allow_network:
+            sandbox = replace(sandbox, network=True)
+        found: list[Tool] = [
+            *devbox_tools(sandbox, allow_protected=bool(agent and agent.allow_protected_push)),
+            Delegate(self.scheduler, max_depth=agent.limits.max_delegation_depth if agent else 2),
+            WaitForTask(self.scheduler),
+            PostUpdate(self.db, self.scheduler),
+        ]
+        if self.github is not None:
+            found.extend(github_tools(self.github, self.repo_full_name))
+        return {tool.name: tool for tool in found}
+
+    async def repo_full_name(self, task_id: str) -> str:
+        task = await self.scheduler.get(task_id)
+        name = task.repo if task else None
+        if not name:
+            raise KeelError("this task has no repository")
+        repo = self.config.workspace.repositories.get(name)
+        if repo is None:
+            return name  # GitHub tasks carry owner/repo already
+        parts = [p for p in urlparse(repo.url).path.removesuffix(".git").split("/") if p]
+        return "/".join(parts[-2:])
+
+    async def workspace_for(self, task: Task) -> Path | None:
+        if task.root_id in self._paths:
+            return self._paths[task.root_id]
+        root = task if task.task_id == task.root_id else await self.scheduler.get(task.root_id)
+        repo = self.config.workspace.repositories.get(root.repo or "") if root else None
+        if root is None or repo is None:
+            return None
+        token = repo.token.get_secret_value() if repo.token else None
+        path = await self.workspaces.ensure(WorkspaceSpec(root.task_id, repo.url, repo.ref), token)
+        self._paths[task.root_id] = path
+        return path
+
+    # -- ingress --------------------------------------------------------------------------
+
+    async def accept(
+        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
+    ) -> IngestResult:
+        """The webhook sink: route (committed), then queue the acknowledgement."""
+        if isinstance(outcome, Signal):
+            outcome = await self._enrich(outcome)
+        result = await self.router.ingest(
+            outcome, provider=provider, delivery_id=delivery_id, raw_kind=raw_kind
+        )
+        if isinstance(outcome, Signal) and not result.duplicate and result.task_id:
+            await self._acknowledge(outcome, result)
+        return result
+
+    async def _acknowledge(self, signal: Signal, result: IngestResult) -> None:
+        if result.decision not in ACTING:
+            return
+        emoji = "octagonal_sign" if result.decision == "stop" else None
+        now = self.clock.now()
+        task_id = str(result.task_id)
+        thread = _thread_root(signal.thread_ref)
+        await self.db.run(
+            lambda s: enqueue_ack(
+                s, self.reporting, task_id=task_id, signal_id=result.signal_id,
+                thread_ref=thread, now=now, emoji=emoji,
+            )
+        )
+        self.scheduler.notifier.notify()
+
+    async def _enrich(self, signal: Signal) -> Signal:
+        """The actor's repository permission, cached briefly (GitHub only)."""
+        if signal.provider != "github" or self.github is None or not signal.repo:
+            return signal
+        if signal.actor.is_self or signal.actor.permission is not None:
+            return signal
+        key = (signal.repo, signal.actor.name)
+        cached = self._permissions.get(key)
+        if cached is None or time.monotonic() - cached[0] > 60:
+            permission = await self._permission(signal.repo, signal.actor.name)
+            cached = (time.monotonic(), permission)
+            self._permissions[key] = cached
+        return replace(signal, actor=replace(signal.actor, permission=cached[1]))
+
+    async def _permission(self, repo: str, login: str) -> str | None:
+        assert self.github is not None
+        try:
+            value = await self.github.call(
+                lambda gh: gh.get_repo(repo).get_collaborator_permission(login)
+            )
+        except KeelError as e:
+            log.warning("permission lookup for %s on %s failed: %s", login, repo, e)
+            return None
+        return str(value)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, *, workers: bool = True) -> None:
+        self._stopping.clear()
+        if self._listener is not None:
+            self._listener.start()
+        self._tasks.append(asyncio.create_task(self.dispatcher.run(self._stopping)))
+        self._tasks.append(asyncio.create_task(self._resume_pending()))
+        if workers:
+            self._tasks.append(asyncio.create_task(self.worker.run()))
+
+    async def _resume_pending(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(Exception):
+                await self.router.resume_pending()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=10)
+
+    async def stop(self) -> None:
+        """Stop claiming, let each loop finish or hand on its phase, then close."""
+        self._stopping.set()
+        self.worker.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._listener is not None:
+            self._listener.stop()
+        self.db.close()
+
+
+def _thread_root(thread_ref: str) -> str:
+    """The thread itself (a GitHub comment ref or Slack message ts points inside it)."""
+    if thread_ref.startswith("github:"):
+        return thread_ref.split(":comment", 1)[0]
+    return thread_ref

@@ -1,0 +1,294 @@
+"""The demo scenario, also the end-to-end test: a Slack mention becomes a verified fix.
+
+It starts the Slack and GitHub emulators and Keel on loopback, creates a sample repository
+with a failing test, sends a signed mention and, mid-run, a follow-up; it plays CI on the
+pull request the agent opens, and shows the thread as a person would see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapters.config import AppConfig, build_config
+from adapters.demo.repo import branch_head, create_sample_repo
+from adapters.emulators.github import create_github_app
+from adapters.emulators.github_state import GitHubState
+from adapters.emulators.server import RunningServer, serve
+from adapters.emulators.slack import SlackMessage, SlackState, create_slack_app
+from adapters.emulators.webhooks import deliver, sign_slack
+from adapters.web.app import create_app
+from runtime.store import runs
+from runtime.store import tasks as q
+from runtime.store.engine import Database
+from runtime.store.outbox import posts_of_task
+
+CHANNEL = "C0KEELGEN1"
+PERSON = ("U0DEMODANA", "dana")
+SIGNING_SECRET = "demo-signing-secret"
+BOT_TOKEN = "xoxb-keel-emulated"
+GITHUB_TOKEN = "ghp-demo-token"
+WEBHOOK_SECRET = "demo-webhook-secret"
+REPO = "acme/shop"
+MENTION = "the checkout tests are failing on main, can you fix it?"
+FOLLOW_UP = "Please keep the public API of calc unchanged."
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class DemoResult:
+    ok: bool
+    task_id: str | None
+    thread: list[str]
+    ui_url: str | None
+    problems: list[str] = field(default_factory=list)
+    slack: SlackState | None = None
+    github: GitHubState | None = None
+
+
+def demo_config(
+    workdir: Path, db_url: str, slack_url: str, github_url: str, bare: Path
+) -> AppConfig:
+    script = (Path(__file__).with_name("script.yaml")).read_text()
+    script_path = workdir / "script.yaml"
+    script_path.write_text(script.replace("{python}", sys.executable))
+    tree: dict[str, Any] = {
+        "database": {"url": db_url},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "slack": {
+            "bot_token": BOT_TOKEN,
+            "signing_secret": SIGNING_SECRET,
+            "api_url": slack_url + "/api/",
+        },
+        "github": {
+            "token": GITHUB_TOKEN,
+            "webhook_secret": WEBHOOK_SECRET,
+            "api_url": github_url,
+            "bot_login": "keel-bot",
+        },
+        "model": {"provider": "scripted", "script": str(script_path)},
+        "workspace": {
+            "root": str(workdir / "workspaces"),
+            "repositories": {"shop": {"url": bare.as_uri(), "ref": "main"}},
+        },
+        "routing": {"channel_repos": {CHANNEL: "shop"}, "default_repo": "shop"},
+        "worker": {"concurrency": 2, "poll_interval_s": 0.2, "lease_seconds": 10},
+    }
+    return build_config(tree, env={})
+
+
+def _envelope(event: dict[str, Any], team: str) -> dict[str, Any]:
+    return {
+        "token": "unused",
+        "team_id": team,
+        "api_app_id": "A0KEELAPP1",
+        "type": "event_callback",
+        "event_id": "Ev" + uuid.uuid4().hex[:10].upper(),
+        "event_time": int(time.time()),
+        "event": event,
+    }
+
+
+async def _send(url: str, event: dict[str, Any], team: str) -> None:
+    request = sign_slack(_envelope(event, team), SIGNING_SECRET)
+    [response] = await deliver(url + "/slack/events", request)
+    if response.status_code != 200:
+        raise RuntimeError(f"Keel refused the Slack event: {response.status_code} {response.text}")
+
+
+class _Watcher:
+    """Reads progress from the database and the emulators and prints what changed."""
+
+    def __init__(self, db: Database, slack: SlackState, echo: Echo) -> None:
+        self.db, self.slack, self.echo = db, slack, echo
+        self.seen_phase: str | None = None
+        self.seen_calls: set[str] = set()
+        self.seen_posts: dict[str, str] = {}
+
+    async def task_for(self, objective: str) -> str | None:
+        row = await self.db.read(lambda s: q.latest_by_objective(s, objective))
+        return row.task_id if row else None
+
+    async def report(self, task_id: str) -> tuple[Any, Any]:
+        run = await self.db.read(lambda s: runs.load_run(s, task_id))
+        calls = await self.db.read(lambda s: runs.all_calls(s, task_id))
+        if run is not None and run.phase != self.seen_phase:
+            self.seen_phase = run.phase
+            self.echo(f"  · phase {run.phase} (turn {run.turn})")
+        for call in calls:
+            if call.outcome and call.call_id not in self.seen_calls:
+                self.seen_calls.add(call.call_id)
+                self.echo(f"  · tool {call.name}: {call.outcome}")
+        for message in self.slack.bot_posts(CHANNEL):
+            if self.seen_posts.get(message.ts) != message.text:
+                verb = "edited" if message.ts in self.seen_posts else "posted"
+                self.seen_posts[message.ts] = message.text
+                first = message.text.splitlines()[0] if message.text else ""
+                self.echo(f"  · keel {verb} in the thread: {first}")
+        task = await self.db.read(lambda s: q.get_task(s, task_id))
+        return run, task
+
+
+def _play_ci(github: GitHubState, started: dict[str, float]) -> None:
+    """CI for each pull request: running first, then green a moment later."""
+    repo = github.repos[REPO]
+    for pull in repo.pulls.values():
+        sha = pull.head_sha
+        if sha not in started:
+            started[sha] = time.monotonic()
+            github.set_checks(REPO, sha, [("tests", "in_progress"), ("lint", "queued")])
+        elif time.monotonic() - started[sha] > 1.5 and repo.checks[sha][0].status != "completed":
+            github.set_checks(REPO, sha, [("tests", "success"), ("lint", "success")])
+
+
+def render_thread(slack: SlackState, root_ts: str) -> list[str]:
+    lines = []
+    for message in slack.thread(CHANNEL, root_ts):
+        author = slack.users.get(message.user)
+        name = "keel" if message.bot_id else (author.name if author else message.user)
+        reactions = " ".join(f":{r}:" for r in message.reactions)
+        lines.append(f"{name}: {message.text}" + (f"   [{reactions}]" if reactions else ""))
+    return lines
+
+
+def _check(slack: SlackState, root_ts: str, posts: list[Any]) -> list[str]:
+    problems = []
+    root = slack.find(CHANNEL, root_ts)
+    if root is None or root.reactions.get("eyes") != [slack.bot_user_id]:
+        problems.append("expected exactly one 👀 from keel on the mention")
+    replies = [m for m in slack.thread(CHANNEL, root_ts) if m.bot_id]
+    completion = [m for m in replies if m.text.startswith(("✅", "❌", "🛑", "⏹", "⌛"))]
+    progress = [m for m in replies if m.text.startswith("⏳")]
+    if len(completion) != 1:
+        problems.append(f"expected one completion reply, found {len(completion)}")
+    if len(progress) != 1:
+        problems.append(f"expected one progress message, found {len(progress)}")
+    text = completion[0].text if completion else ""
+    for needle in ("PR #", "read back from GitHub", "Commit ", "exit 0", "CI: ", "verified"):
+        if needle not in text:
+            problems.append(f"completion reply lacks {needle!r}")
+    if not any(p.purpose == "completion" and p.state == "landed" for p in posts):
+        problems.append("the completion post did not land")
+    return problems
+
+
+def _mention_event(slack: SlackState, ts: str, kind: str) -> dict[str, Any]:
+    text = f"<@{slack.bot_user_id}> {MENTION}"
+    return {
+        "type": kind,
+        "user": PERSON[0],
+        "text": text,
+        "ts": ts,
+        "channel": CHANNEL,
+        "event_ts": ts,
+        "channel_type": "channel",
+    }
+
+
+async def run_demo(
+    workdir: Path, *, db_url: str | None = None, echo: Echo = print, timeout_s: float = 180
+) -> DemoResult:
+    workdir.mkdir(parents=True, exist_ok=True)
+    db_url = db_url or f"sqlite:///{workdir / 'keel.db'}"
+    bare = create_sample_repo(workdir / "origin")
+    slack, github = SlackState(), GitHubState()
+    slack.add_user(*PERSON, real_name="Dana")
+    github.add_token(GITHUB_TOKEN, "keel-bot")
+    github.add_repo(REPO).resolve_branch = lambda branch: branch_head(bare, branch)
+    servers: list[RunningServer] = []
+    try:
+        servers += [serve(create_slack_app(slack)), serve(create_github_app(github))]
+        config = demo_config(workdir, db_url, servers[0].url, servers[1].url, bare)
+        keel = serve(create_app(config), lifespan="on")
+        servers.append(keel)
+        echo(
+            f"Keel is up at {keel.url} (Slack and GitHub emulators at {servers[0].url}, "
+            f"{servers[1].url})"
+        )
+        return await _drive(workdir, db_url, keel.url, slack, github, echo, timeout_s)
+    finally:
+        for server in reversed(servers):
+            server.stop()
+
+
+async def _drive(
+    workdir: Path,
+    db_url: str,
+    keel_url: str,
+    slack: SlackState,
+    github: GitHubState,
+    echo: Echo,
+    timeout_s: float,
+) -> DemoResult:
+    root_ts = slack.seed_message(CHANNEL, f"<@{slack.bot_user_id}> {MENTION}", user=PERSON[0])
+    echo(f"dana: @keel {MENTION}")
+    # Slack sends both events for one mention; Keel must make one task of them.
+    await _send(keel_url, _mention_event(slack, root_ts, "app_mention"), slack.team_id)
+    await _send(keel_url, _mention_event(slack, root_ts, "message"), slack.team_id)
+    db = Database.from_url(db_url)
+    watcher = _Watcher(db, slack, echo)
+    objective = f"slack:{slack.team_id}/{CHANNEL}/{root_ts}"
+    task_id: str | None = None
+    followed_up = False
+    ci: dict[str, float] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            task_id = task_id or await watcher.task_for(objective)
+            if task_id is not None:
+                run, task = await watcher.report(task_id)
+                if not followed_up and run is not None and run.turn >= 1:
+                    followed_up = await _follow_up(keel_url, slack, root_ts, echo)
+                _play_ci(github, ci)
+                posts = await _posts(db, task_id)
+                if task.status in ("succeeded", "failed", "canceled", "timed_out") and any(
+                    p.purpose == "completion" and p.state in ("landed", "failed") for p in posts
+                ):
+                    await asyncio.sleep(3.5)  # let the last progress edit land
+                    break
+            await asyncio.sleep(0.2)
+        posts = await _posts(db, task_id) if task_id else []
+    finally:
+        db.close()
+    thread = render_thread(slack, root_ts)
+    problems = _check(slack, root_ts, posts) if task_id else ["no task was created"]
+    ui = f"{keel_url}/ui/tasks/{task_id}" if task_id else None
+    return DemoResult(not problems, task_id, thread, ui, problems, slack, github)
+
+
+async def _posts(db: Database, task_id: str) -> list[Any]:
+    return await db.read(lambda s: posts_of_task(s, task_id))
+
+
+async def _follow_up(keel_url: str, slack: SlackState, root_ts: str, echo: Echo) -> bool:
+    ts = slack.seed_message(CHANNEL, FOLLOW_UP, user=PERSON[0], thread_ts=root_ts)
+    echo(f"dana (in the thread, mid-run): {FOLLOW_UP}")
+    event = {
+        "type": "message",
+        "user": PERSON[0],
+        "text": FOLLOW_UP,
+        "ts": ts,
+        "thread_ts": root_ts,
+        "channel": CHANNEL,
+        "event_ts": ts,
+        "channel_type": "channel",
+    }
+    await _send(keel_url, event, slack.team_id)
+    return True
+
+
+def print_thread(result: DemoResult, echo: Echo = print) -> None:
+    echo("\n──── the Slack thread, as a person sees it ────")
+    for line in result.thread:
+        echo(line)
+    echo("───────────────────────────────────────────────")
+
+
+__all__ = ["DemoResult", "SlackMessage", "print_thread", "render_thread", "run_demo"]

@@ -1,0 +1,95 @@
+"""The composition root of ``keel serve``: ``create_app(config)`` wires everything.
+
+The lifespan connects to the providers, starts the workers and the outbox, and on shutdown
+(SIGTERM) stops claiming, lets each loop finish or hand on its phase, and closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from adapters.assembly import Keel
+from adapters.config import AppConfig
+from adapters.github.webhook import GitHubWebhook
+from adapters.slack.app import SlackEvents
+from adapters.web.ingress import create_ingress_router, install_ingress
+from runtime.store.migrate import is_current
+
+
+class _Late:
+    """A webhook route whose handler is built at startup (it needs the bot's identity)."""
+
+    def __init__(self, build: Callable[[], SlackEvents | GitHubWebhook | None]) -> None:
+        self._build = build
+        self._handler: SlackEvents | GitHubWebhook | None = None
+
+    def ready(self) -> None:
+        self._handler = self._build()
+
+    async def handle(self, request: Request) -> Response:
+        if self._handler is None:
+            return JSONResponse({"error": "starting up"}, status_code=503,
+                                headers={"Retry-After": "2"})
+        return await self._handler.handle(request)
+
+
+def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = True) -> FastAPI:
+    keel = keel or Keel(config)
+    slack = _Late(lambda: _slack_events(keel)) if config.slack.enabled else None
+    github = (
+        _Late(lambda: GitHubWebhook.from_config(config.github, keel, keel.clock))
+        if config.github.enabled
+        else None
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await keel.connect()
+        for route in (slack, github):
+            if route is not None:
+                route.ready()
+        await keel.start(workers=workers)
+        try:
+            yield
+        finally:
+            await keel.stop()
+
+    app = FastAPI(title="Keel", version="0.1.0", lifespan=lifespan)
+    app.state.keel = keel
+    install_ingress(
+        app,
+        create_ingress_router(slack=slack, github=github),
+        body_limit_bytes=config.server.body_limit_bytes,
+    )
+    _mount_health(app, keel)
+    return app
+
+
+def _slack_events(keel: Keel) -> SlackEvents:
+    assert keel.slack_identity is not None
+    return SlackEvents.from_config(keel.config.slack, keel.slack_identity, keel, keel.clock)
+
+
+def _mount_health(app: FastAPI, keel: Keel) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, bool]:
+        """The process is up."""
+        return {"ok": True}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """The database answers and its schema is current."""
+        try:
+            await keel.db.read(lambda s: s.execute(text("SELECT 1")))
+            current = is_current(keel.db.engine)
+        except Exception as e:  # loop boundary: any failure means not ready
+            return JSONResponse({"ready": False, "error": type(e).__name__}, status_code=503)
+        if not current:
+            return JSONResponse({"ready": False, "error": "migrations pending"}, status_code=503)
+        return JSONResponse({"ready": True})
+

@@ -1,0 +1,48 @@
+"""End to end over real HTTP: Slack mention → task → PR and CI → one evidence-backed reply.
+
+The emulators, Keel's real app (ingress, routing, executor, outbox) and the scripted model
+run on loopback, on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.demo.scenario import CHANNEL, REPO, run_demo
+from runtime.store import runs
+from runtime.store.engine import Database
+
+
+async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
+    db_url: str, tmp_path: Path
+) -> None:
+    result = await run_demo(tmp_path, db_url=db_url, echo=lambda line: None, timeout_s=120)
+    assert result.problems == []
+    assert result.ok and result.task_id is not None
+    slack, github = result.slack, result.github
+    assert slack is not None and github is not None
+
+    mention = slack.thread(CHANNEL, slack.messages[0].ts)[0]
+    assert mention.reactions == {"eyes": [slack.bot_user_id]}  # exactly one 👀
+    bot = [m for m in slack.thread(CHANNEL, mention.ts) if m.bot_id]
+    assert len(bot) == 2  # one progress message and one completion reply
+    progress, completion = bot
+    assert progress.edited and progress.text.startswith("⏳")
+    updates = [r for r in slack.requests if r.path.endswith("chat.update")]
+    assert len(updates) >= 1
+    text = completion.text
+    assert "PR #1" in text and "read back from GitHub" in text
+    assert "Commit " in text and "CI: 2/2 checks passed" in text and "verified" in text
+    assert "exit 0, 2 passed" in text
+    assert github.pulls_created(REPO) == 1
+
+    # The follow-up reached the transcript once, before the model call that needed it.
+    db = Database.from_url(db_url)
+    entries = await db.read(lambda s: runs.transcript(s, str(result.task_id)))
+    db.close()
+    keys = [e.item_key for e in entries]
+    mailbox = [i for i, k in enumerate(keys) if k.startswith("mbx:")]
+    assert len(mailbox) == 1
+    assert mailbox[0] < keys.index("model:2:0")
+    rendered = entries[mailbox[0]].payload["text"]
+    assert rendered.startswith("<mailbox_update>") and "public API" in rendered

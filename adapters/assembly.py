@@ -19,16 +19,17 @@ from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
+from adapters.logs import register_secrets
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
 from routing.apply import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
-from runtime.errors import KeelError
+from runtime.errors import KeelError, Permanent
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
-from runtime.models.base import ModelProvider
+from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
 from runtime.models.factory import build_provider
 from runtime.notifier import Notifier
 from runtime.outbox import Fallback, OutboxDispatcher
@@ -64,6 +65,16 @@ class RepoGuidance:
         return ["Repository guidance (AGENTS.md):\n" + guide.read_text(errors="replace")[:20000]]
 
 
+class NoModel:
+    """No model configured: Keel still serves, and each task fails saying why."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise Permanent(
+            "no model is configured: set model.script (KEEL_MODEL_SCRIPT) for the scripted "
+            "provider, or model.provider: openai with OPENAI_BASE_URL and OPENAI_API_KEY"
+        )
+
+
 @dataclass
 class Keel:
     config: AppConfig
@@ -89,6 +100,7 @@ class Keel:
 
     def __post_init__(self) -> None:
         cfg = self.config
+        register_secrets(_secret_values(cfg))
         url = resolve_url(cfg.database.url)
         self.db = Database.from_url(url)
         upgrade(self.db.engine)  # migrations apply on start
@@ -167,7 +179,7 @@ class Keel:
         model = self.config.model
         if model.provider == "scripted":
             if model.script is None:
-                raise KeelError("model.script: the scripted provider needs a script path")
+                return NoModel()
             return build_provider("scripted", path=model.script)
         key = model.api_key.get_secret_value() if model.api_key else None
         return build_provider(
@@ -295,6 +307,15 @@ class Keel:
         if self._listener is not None:
             self._listener.stop()
         self.db.close()
+
+
+def _secret_values(cfg: AppConfig) -> list[str | None]:
+    secrets = [
+        cfg.slack.bot_token, cfg.slack.signing_secret, cfg.github.token, cfg.github.webhook_secret,
+        cfg.github.app.private_key, cfg.model.api_key, cfg.server.admin_token,
+        *(repo.token for repo in cfg.workspace.repositories.values()),
+    ]
+    return [s.get_secret_value() if s is not None else None for s in secrets]
 
 
 def _thread_root(thread_ref: str) -> str:

@@ -7,12 +7,86 @@ from typing import Annotated
 
 import typer
 
+from adapters.config import AppConfig, describe, load_config
+from runtime.errors import ConfigError
 from runtime.store.engine import make_engine, resolve_url
 from runtime.store.migrate import is_current, upgrade
 
 app = typer.Typer(help="Keel: durable, evidence-backed agent tasks from Slack and GitHub.")
 db_app = typer.Typer(help="Database schema.")
+config_app = typer.Typer(help="Configuration.")
 app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
+
+ConfigPath = Annotated[Path | None, typer.Option("--config", help="app.yaml to use.")]
+
+
+def _load(path: Path | None) -> AppConfig:
+    """The configuration, or exit 2 with every problem named by its key."""
+    chosen = path or (Path("app.yaml") if Path("app.yaml").exists() else None)
+    try:
+        return load_config(chosen) if chosen else AppConfig()
+    except ConfigError as e:
+        typer.echo(f"configuration error:\n{e}", err=True)
+        raise typer.Exit(2) from e
+
+
+@config_app.command("check")
+def config_check(path: Annotated[Path | None, typer.Argument()] = None) -> None:
+    """Validate app.yaml and say what is enabled (secrets are never printed)."""
+    config = _load(path)
+    for line in describe(config):
+        typer.echo(line)
+
+
+@app.command()
+def serve(
+    config_path: ConfigPath = None,
+    host: Annotated[str | None, typer.Option(help="Overrides server.host.")] = None,
+    port: Annotated[int | None, typer.Option(help="Overrides server.port.")] = None,
+) -> None:
+    """HTTP (webhooks, API, UI) plus in-process workers: the embedded default."""
+    import uvicorn
+
+    from adapters.logs import setup_logging
+    from adapters.web.app import create_app
+
+    config = _load(config_path)
+    server = config.server.model_copy(
+        update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    )
+    config = config.model_copy(update={"server": server})
+    setup_logging()
+    for line in describe(config):
+        typer.echo(line)
+    uvicorn.run(create_app(config), host=server.host, port=server.port, log_config=None)
+
+
+@app.command()
+def worker(config_path: ConfigPath = None) -> None:
+    """Workers only (no HTTP): run several of these against PostgreSQL to scale out."""
+    import asyncio
+    import signal
+
+    from adapters.assembly import Keel
+    from adapters.logs import setup_logging
+
+    config = _load(config_path)
+    setup_logging()
+
+    async def run() -> None:
+        keel = Keel(config)
+        await keel.connect()
+        await keel.start(workers=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        typer.echo(f"worker {keel.worker.name} running; SIGTERM stops it cleanly")
+        await stop.wait()
+        await keel.stop()
+
+    asyncio.run(run())
 
 
 @db_app.command("upgrade")

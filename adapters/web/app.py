@@ -11,14 +11,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from adapters.assembly import Keel
 from adapters.config import AppConfig
 from adapters.github.webhook import GitHubWebhook
 from adapters.slack.app import SlackEvents
 from adapters.web.ingress import create_ingress_router, install_ingress
-from runtime.store.migrate import is_current
+from runtime.store.migrate import head_revision
 
 
 class _Late:
@@ -81,15 +80,16 @@ def _mount_health(app: FastAPI, keel: Keel) -> None:
         """The process is up."""
         return {"ok": True}
 
+    head = head_revision()
+
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         """The database answers and its schema is current."""
         try:
-            await keel.db.read(lambda s: s.execute(text("SELECT 1")))
-            current = is_current(keel.db.engine)
+            revision = await keel.db.schema_revision()
         except Exception as e:  # loop boundary: any failure means not ready
             return JSONResponse({"ready": False, "error": type(e).__name__}, status_code=503)
-        if not current:
+        if revision != head:
             return JSONResponse({"ready": False, "error": "migrations pending"}, status_code=503)
         return JSONResponse({"ready": True})
 

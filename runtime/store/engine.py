@@ -113,6 +113,26 @@ class Database:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self.read_sync, work)
 
+    def schema_revision_sync(self) -> str | None:
+        """The applied migration, read over a fresh connection: proof the database answers."""
+        query = "SELECT version_num FROM alembic_version"
+        if self.is_postgres:
+            with self.engine.connect() as conn:
+                return conn.exec_driver_sql(query).scalar()
+        import sqlite3
+
+        path = self.engine.url.database or ""
+        connection = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=5)
+        try:
+            row = connection.execute(query).fetchone()
+        finally:
+            connection.close()
+        return str(row[0]) if row else None
+
+    async def schema_revision(self) -> str | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.schema_revision_sync)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.engine.dispose()

@@ -27,8 +27,12 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(_config()).get_current_head()
+
+
 def is_current(engine: Engine) -> bool:
-    head = ScriptDirectory.from_config(_config()).get_current_head()
+    head = head_revision()
     with engine.connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
     return current == head

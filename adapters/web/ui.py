@@ -1,0 +1,183 @@
+"""The operator task UI: server-rendered pages over ``runtime.store.views``.
+
+Jinja2 with autoescape on renders everything; a tiny script refreshes a page in place while
+its task can still change. A token presented once as ``?token=`` is kept in a cookie so the
+links and the refresh work without repeating it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
+
+from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY
+from runtime.store import views
+from runtime.store.engine import Database
+from runtime.store.records import TaskStatus
+
+Auth = Callable[[Request], Awaitable[None]]
+
+_HERE = Path(__file__).resolve().parent
+_STATIC = {"keel.css": "text/css", "refresh.js": "text/javascript"}
+REFRESH_SECONDS = 3
+_SUMMARY_CHARS = 160
+
+STRENGTH_LABELS: Mapping[str, str] = {
+    "tool_reported": "tool said",
+    "provider_read_back": "read back from provider",
+    "verified": "verified",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    row_type: Literal["message"]
+    role: str
+    kind: str
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRow:
+    """A tool call and its result: one row."""
+
+    row_type: Literal["tool"]
+    call: views.ToolCallView
+    args_summary: str
+    output_summary: str
+    at: datetime
+
+
+def transcript_rows(detail: views.TaskDetail) -> list[MessageRow | ToolRow]:
+    calls = {c.call_id: c for c in detail.tool_calls}
+    rows: list[MessageRow | ToolRow] = []
+    for entry in detail.transcript:
+        prefix, _, call_id = entry.item_key.partition(":")
+        call = calls.get(call_id)
+        if prefix == "result" and call is not None:
+            continue  # shown on its call's row
+        if prefix == "call" and call is not None:
+            rows.append(
+                ToolRow(
+                    "tool", call, summarize_args(call.args), _clip(call.output), entry.created_at
+                )
+            )
+            continue
+        rows.append(
+            MessageRow(
+                "message", entry.role, entry.kind, _entry_text(entry.payload), entry.created_at
+            )
+        )
+    return rows
+
+
+def summarize_args(args: Mapping[str, Any]) -> str:
+    return _clip(", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in args.items()))
+
+
+def _entry_text(payload: Mapping[str, Any]) -> str:
+    return str(payload.get("text", payload.get("output", "")))
+
+
+def _clip(text: str | None) -> str:
+    if text is None:
+        return ""
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def make_environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(_HERE / "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = _when
+    env.filters["seconds"] = _seconds
+    env.filters["clip"] = _clip
+    env.globals["strength_labels"] = STRENGTH_LABELS
+    return env
+
+
+def build_ui(db: Database, *, auth: Auth) -> APIRouter:
+    env = make_environment()
+    router = APIRouter(prefix="/ui", dependencies=[Depends(auth)], include_in_schema=False)
+
+    def page(request: Request, template: str, **context: Any) -> HTMLResponse:
+        html = env.get_template(template).render(**context)
+        return _remember_token(request, HTMLResponse(html))
+
+    @router.get("")
+    async def home() -> RedirectResponse:
+        return RedirectResponse("/ui/tasks")
+
+    @router.get("/tasks")
+    async def task_list(
+        request: Request,
+        status: TaskStatus | None = None,
+        before: str | None = None,
+        limit: int = Query(50, ge=1, le=views.MAX_PAGE),
+    ) -> HTMLResponse:
+        found = await db.read(
+            lambda s: views.list_tasks(s, status=status, limit=limit, before=before)
+        )
+        return page(
+            request,
+            "tasks.html",
+            page=found,
+            status=status,
+            statuses=list(TaskStatus),
+            refresh=REFRESH_SECONDS,
+        )
+
+    @router.get("/tasks/{task_id}")
+    async def task_page(request: Request, task_id: str) -> HTMLResponse:
+        detail = await db.read(lambda s: views.task_detail(s, task_id))
+        if detail is None:
+            raise HTTPException(404, f"no task {task_id}")
+        live = not detail.task.status.is_terminal or (
+            detail.execution is not None and detail.execution.phase != "done"
+        )
+        return page(
+            request,
+            "task.html",
+            detail=detail,
+            rows=transcript_rows(detail),
+            refresh=REFRESH_SECONDS if live else None,
+        )
+
+    @router.get("/static/{name}")
+    async def static(name: str) -> FileResponse:
+        if name not in _STATIC:
+            raise HTTPException(404, f"no static file {name}")
+        return FileResponse(_HERE / "static" / name, media_type=_STATIC[name])
+
+    return router
+
+
+def _remember_token(request: Request, response: HTMLResponse) -> HTMLResponse:
+    # Only reached after auth accepted the request, so a token in the query is the right one.
+    token = request.query_params.get(TOKEN_QUERY)
+    if token:
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/ui")
+    return response

@@ -1,0 +1,159 @@
+"""The application's lifecycle: readiness, and SIGTERM during a tool wait losing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+from sqlalchemy import text
+
+from adapters.config import build_config
+from adapters.demo.repo import create_sample_repo
+from adapters.emulators.server import serve
+from adapters.web.app import create_app
+from runtime.scheduler import Scheduler
+from runtime.store import runs
+from runtime.store.engine import Database
+from tests.databases import admin_url
+from tests.factories import make_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readyz_fails_when_database_becomes_unreachable(db_url: str, tmp_path: Path) -> None:
+    config = build_config({"database": {"url": db_url}}, env={})
+    with serve(create_app(config, workers=False), lifespan="on") as server:
+        assert httpx.get(server.url + "/readyz").status_code == 200
+        assert httpx.get(server.url + "/healthz").json() == {"ok": True}
+        _make_unreachable(db_url)
+        response = httpx.get(server.url + "/readyz")
+        assert response.status_code == 503
+        assert response.json()["ready"] is False
+        assert httpx.get(server.url + "/healthz").status_code == 200  # the process is still up
+
+
+def _make_unreachable(db_url: str) -> None:
+    if db_url.startswith("sqlite"):
+        # Overwrite the file in place: open connections now read something that is not a
+        # database, as after a disk fault.
+        path = Path(db_url.removeprefix("sqlite:///"))
+        size = path.stat().st_size
+        with path.open("r+b") as f:
+            f.write(b"\x00not a database" * (size // 16 + 1))
+        return
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    name = make_url(db_url).database
+    admin = admin_url()
+    assert admin is not None
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+SCRIPT = {
+    "scripts": [
+        {
+            "turns": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "run_command",
+                            "args": {
+                                "command": "sleep 3; echo ran >> ../ran.log; echo finished",
+                                "timeout_s": 60,
+                            },
+                        }
+                    ]
+                },
+                {"expect_seen": ["finished"], "say": "the command finished"},
+            ]
+        }
+    ]
+}
+
+
+def _worker(config_path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from adapters.cli import main; main()",
+            "worker",
+            "--config",
+            str(config_path),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "KEEL_DATABASE_URL": ""},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+async def test_sigterm_during_tool_wait_loses_nothing_when_worker_restarts(
+    db_url: str, tmp_path: Path
+) -> None:
+    bare = create_sample_repo(tmp_path / "origin")
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
+    config = {
+        "database": {"url": db_url},
+        "model": {"provider": "scripted", "script": str(tmp_path / "script.yaml")},
+        "workspace": {
+            "root": str(tmp_path / "ws"),
+            "sandbox": "none",
+            "repositories": {"shop": {"url": bare.as_uri()}},
+        },
+        "worker": {"concurrency": 1, "poll_interval_s": 0.1, "lease_seconds": 30},
+    }
+    config_path = tmp_path / "app.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    db = Database.from_url(db_url)
+    task = (await Scheduler(db).schedule(make_spec(repo="shop", message="run it"))).task
+    worker = _worker(config_path)
+    try:
+        await _until(lambda: _call_state(db, task.task_id), "started")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0, worker.stderr.read() if worker.stderr else ""
+        # The lease was handed back: the next worker starts at once, not after 30 s.
+        run = await db.read(lambda s: runs.load_run(s, task.task_id))
+        assert run is not None and run.lease_id is None
+        worker = _worker(config_path)
+        await _until(lambda: _status(db, task.task_id), "succeeded", timeout=40)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=20)
+    [call] = await db.read(lambda s: runs.all_calls(s, task.task_id))
+    assert call.outcome == "ok" and "finished" in (call.result or {}).get("output", "")
+    ran = next((tmp_path / "ws").glob("*/ran.log"), None) or next(
+        (tmp_path / "ws").rglob("ran.log")
+    )
+    assert ran.read_text().splitlines() == ["ran"]  # the command ran once, not again
+    db.close()
+
+
+async def _call_state(db: Database, task_id: str) -> str | None:
+    calls = await db.read(lambda s: runs.all_calls(s, task_id))
+    return calls[0].dispatch_state if calls else None
+
+
+async def _status(db: Database, task_id: str) -> str | None:
+    task = await Scheduler(db).get(task_id)
+    return task.status.value if task else None
+
+
+async def _until(read, value: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await read() == value:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never reached {value!r} (last {await read()!r})")

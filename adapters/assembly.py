@@ -22,6 +22,7 @@ from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from adapters.web.metrics import Metrics
 from routing.apply import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Ignored, Signal
@@ -97,6 +98,7 @@ class Keel:
     _permissions: dict[tuple[str, str], tuple[float, str | None]] = field(
         init=False, default_factory=dict
     )
+    metrics: Metrics = field(init=False, default_factory=Metrics)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -231,6 +233,7 @@ class Keel:
         self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
     ) -> IngestResult:
         """The webhook sink: route (committed), then queue the acknowledgement."""
+        started = time.monotonic()
         if isinstance(outcome, Signal):
             outcome = await self._enrich(outcome)
         result = await self.router.ingest(
@@ -238,6 +241,7 @@ class Keel:
         )
         if isinstance(outcome, Signal) and not result.duplicate and result.task_id:
             await self._acknowledge(outcome, result)
+        self.metrics.observe_ack(time.monotonic() - started, provider)
         return result
 
     async def _acknowledge(self, signal: Signal, result: IngestResult) -> None:

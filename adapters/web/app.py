@@ -16,7 +16,11 @@ from adapters.assembly import Keel
 from adapters.config import AppConfig
 from adapters.github.webhook import GitHubWebhook
 from adapters.slack.app import SlackEvents
+from adapters.web.api import build_api
+from adapters.web.auth import AdminAuth
 from adapters.web.ingress import create_ingress_router, install_ingress
+from adapters.web.metrics import build_metrics
+from adapters.web.ui import build_ui
 from runtime.store.migrate import head_revision
 
 
@@ -66,6 +70,10 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
         body_limit_bytes=config.server.body_limit_bytes,
     )
     _mount_health(app, keel)
+    auth = AdminAuth(config.server)
+    app.include_router(build_api(keel.db, keel.scheduler, auth=auth.api))
+    app.include_router(build_ui(keel.db, auth=auth.ui))
+    app.include_router(build_metrics(keel.db, keel.metrics))
     return app
 
 

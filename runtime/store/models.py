@@ -49,6 +49,8 @@ class TaskRow(Base):
         Index("ix_tasks_status", "status"),
         Index("ix_tasks_root", "root_id"),
         Index("ix_tasks_deadline", "deadline_at"),
+        Index("ix_tasks_created", "created_at", "id"),
+        Index("ix_tasks_status_created", "status", "created_at", "id"),
     )
     task_id: Mapped[str] = mapped_column("id", String(40), primary_key=True)
     root_id: Mapped[str] = mapped_column(String(40))
@@ -180,7 +182,10 @@ class EvidenceRow(Base):
 
 class OutboxRow(Base):
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_pending", "state", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_outbox_pending", "state", "next_attempt_at"),
+        Index("ix_outbox_task", "task_id"),
+    )
     outbox_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
     task_id: Mapped[str] = mapped_column(String(40))
     purpose: Mapped[str] = mapped_column(String(40))

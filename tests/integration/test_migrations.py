@@ -14,8 +14,17 @@ from runtime.store.migrate import is_current
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
 TABLES = {
-    "tasks", "deliveries", "executions", "mailbox_messages", "transcript_items", "tool_calls",
-    "evidence", "outbox", "signals", "route_attempts", "task_status_changes",
+    "tasks",
+    "deliveries",
+    "executions",
+    "mailbox_messages",
+    "transcript_items",
+    "tool_calls",
+    "evidence",
+    "outbox",
+    "signals",
+    "route_attempts",
+    "task_status_changes",
 }
 
 
@@ -59,3 +68,16 @@ def test_db_upgrade_recreates_schema_when_every_table_was_dropped(db_url: str) -
     engine = make_engine(db_url)
     assert set(inspect(engine).get_table_names()) >= TABLES
     engine.dispose()
+
+
+def test_migrations_match_the_models_when_upgraded(db_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from runtime.store.models import Base
+
+    engine = make_engine(db_url)
+    with engine.connect() as conn:
+        differences = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert differences == []

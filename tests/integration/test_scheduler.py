@@ -193,9 +193,7 @@ async def test_cancel_of_root_is_seen_by_grandchild(database: Database) -> None:
     scheduler = Scheduler(database)
     root = (await scheduler.schedule(make_spec())).task
     child = (await scheduler.schedule(make_spec(parent_id=root.task_id, child_key="c"))).task
-    grandchild = (
-        await scheduler.schedule(make_spec(parent_id=child.task_id, child_key="g"))
-    ).task
+    grandchild = (await scheduler.schedule(make_spec(parent_id=child.task_id, child_key="g"))).task
     other = (await scheduler.schedule(make_spec())).task
     assert grandchild.depth == 2 and grandchild.root_id == root.task_id
     assert not await scheduler.stop_requested(grandchild.task_id)

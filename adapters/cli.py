@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from adapters import cli_tasks
 from adapters.config import AppConfig, describe, load_config
 from runtime.errors import ConfigError
 from runtime.store.engine import make_engine, resolve_url
@@ -17,6 +18,8 @@ db_app = typer.Typer(help="Database schema.")
 config_app = typer.Typer(help="Configuration.")
 app.add_typer(db_app, name="db")
 app.add_typer(config_app, name="config")
+app.add_typer(cli_tasks.tasks_app, name="tasks")
+app.add_typer(cli_tasks.signals_app, name="signals")
 
 ConfigPath = Annotated[Path | None, typer.Option("--config", help="app.yaml to use.")]
 
@@ -125,6 +128,44 @@ def demo(
             typer.echo(f"✗ {problem}", err=True)
         raise typer.Exit(1)
     typer.echo("✓ the reply landed in the thread with its evidence")
+
+
+@cli_tasks.tasks_app.command("ls")
+def tasks_ls(
+    config_path: ConfigPath = None,
+    status: Annotated[str | None, typer.Option(help="Only tasks with this status.")] = None,
+    limit: int = 50,
+) -> None:
+    """List tasks, newest first."""
+    cli_tasks.list_tasks(_load(config_path), status, limit)
+
+
+@cli_tasks.tasks_app.command("show")
+def tasks_show(task_id: str, config_path: ConfigPath = None) -> None:
+    """A task's tree, phases, tool calls, mailbox, evidence and replies."""
+    cli_tasks.show_task(_load(config_path), task_id)
+
+
+@cli_tasks.tasks_app.command("cancel")
+def tasks_cancel(task_id: str, config_path: ConfigPath = None) -> None:
+    """Record a stop; the task and its descendants stop at their next checkpoint."""
+    cli_tasks.cancel_task(_load(config_path), task_id)
+
+
+@cli_tasks.tasks_app.command("tail")
+def tasks_tail(task_id: str, config_path: ConfigPath = None) -> None:
+    """Follow a task's progress until it finishes."""
+    cli_tasks.tail_task(_load(config_path), task_id)
+
+
+@cli_tasks.signals_app.command("replay")
+def signals_replay(
+    file: Path,
+    config_path: ConfigPath = None,
+    url: Annotated[str, typer.Option(help="The running Keel.")] = "http://127.0.0.1:8080",
+) -> None:
+    """Send a saved payload ({provider, event, payload}) to a running Keel, signed."""
+    cli_tasks.replay(_load(config_path), file, url)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,9 +192,18 @@ def _mention_event(slack: SlackState, ts: str, kind: str) -> dict[str, Any]:
     }
 
 
+Inspect = Callable[[str, str], Awaitable[None]]
+
+
 async def run_demo(
-    workdir: Path, *, db_url: str | None = None, echo: Echo = print, timeout_s: float = 180
+    workdir: Path,
+    *,
+    db_url: str | None = None,
+    echo: Echo = print,
+    timeout_s: float = 180,
+    inspect: Inspect | None = None,
 ) -> DemoResult:
+    """Run the scenario; ``inspect(keel_url, task_id)`` runs before Keel shuts down."""
     workdir.mkdir(parents=True, exist_ok=True)
     db_url = db_url or f"sqlite:///{workdir / 'keel.db'}"
     bare = create_sample_repo(workdir / "origin")
@@ -212,7 +221,10 @@ async def run_demo(
             f"Keel is up at {keel.url} (Slack and GitHub emulators at {servers[0].url}, "
             f"{servers[1].url})"
         )
-        return await _drive(workdir, db_url, keel.url, slack, github, echo, timeout_s)
+        result = await _drive(workdir, db_url, keel.url, slack, github, echo, timeout_s)
+        if inspect is not None and result.task_id is not None:
+            await inspect(keel.url, result.task_id)
+        return result
     finally:
         for server in reversed(servers):
             server.stop()

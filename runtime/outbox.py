@@ -98,7 +98,7 @@ class OutboxDispatcher:
     async def _deliver(self, surface: Surface, post: OutboxPost, recovering: bool) -> PostedRef:
         if post.action == "react":
             await surface.react(post.thread_ref, post.body)
-            return PostedRef(post.surface, post.thread_ref)
+            return PostedRef(post.surface, post.thread_ref.removeprefix(f"{post.surface}:"))
         if recovering:
             found = await surface.find_post(post.thread_ref, key=post.key)
             if found is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from adapters.demo.repo import branch_head
 from adapters.demo.scenario import CHANNEL, REPO, run_demo
 from runtime.store import runs
 from runtime.store.engine import Database
@@ -39,7 +40,13 @@ async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
     # The follow-up reached the transcript once, before the model call that needed it.
     db = Database.from_url(db_url)
     entries = await db.read(lambda s: runs.transcript(s, str(result.task_id)))
+    evidence = await db.read(lambda s: runs.evidence_of_tree(s, str(result.task_id)))
     db.close()
+    tests_run = [e.item.detail for e in evidence if e.item.kind == "test_run"]
+    assert [(t["exit_code"], t["passed"], t["failed"]) for t in tests_run] == [(1, 1, 1), (0, 2, 0)]
+    [commit] = [e.item for e in evidence if e.item.kind == "commit"]
+    pushed = branch_head(tmp_path / "origin" / "acme" / "shop.git", "keel/fix-add")
+    assert commit.detail["sha"] == pushed
     keys = [e.item_key for e in entries]
     mailbox = [i for i, k in enumerate(keys) if k.startswith("mbx:")]
     assert len(mailbox) == 1

@@ -29,6 +29,10 @@ PHASE_LABELS = {
 }
 
 
+def is_daemon(task: Task) -> bool:
+    return (task.objective_key or "").startswith("daemon:")
+
+
 def surface_of(thread_ref: str) -> str:
     return thread_ref.split(":", 1)[0]
 
@@ -87,6 +91,8 @@ class ThreadReporter:
     def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None:
         if not self.policy.progress or task.origin_thread_ref is None or task.parent_id:
             return
+        if is_daemon(task):
+            return  # persistent roles speak only when they have something to show
         body = progress_text(task, detail or PHASE_LABELS.get(phase, phase))
         key = progress_key(task.task_id)
         outbox.enqueue_post(
@@ -106,6 +112,8 @@ class ThreadReporter:
         if task.origin_thread_ref is None or task.parent_id:
             return
         evidence = [r.item for r in runs.evidence_of_tree(session, task.root_id)]
+        if is_daemon(task) and not evidence and result.status is TaskStatus.succeeded:
+            return  # a daemon's no-op stays silent
         calls = runs.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
         body = completion_text(result, evidence, uncertain)

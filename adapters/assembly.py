@@ -160,6 +160,7 @@ class Keel:
             reporter=ThreadReporter(self.clock, self.reporting),
             context_sources=(RepoGuidance(self),),
             workspace_for=self.workspace_for,
+            observe_phase=self.metrics.observe_phase,
         )
         self.worker = Worker(
             self.scheduler,
@@ -175,6 +176,7 @@ class Keel:
             edit_interval_s=cfg.reporting.progress_min_interval_s,
             fallback=Fallback(fallback.surface, fallback.thread_ref) if fallback else None,
             notifier=self.scheduler.notifier,
+            on_failure=self.metrics.count_outbox_failure,
         )
 
     def _provider(self) -> ModelProvider:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -43,6 +43,7 @@ class OutboxDispatcher:
         fallback: Fallback | None = None,
         notifier: Notifier | None = None,
         max_attempts: int = 8,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.db = db
         self.surfaces = surfaces
@@ -52,6 +53,7 @@ class OutboxDispatcher:
         self.notifier = notifier or Notifier()
         self.max_attempts = max_attempts
         self.failures = 0
+        self.on_failure = on_failure or (lambda surface: None)
 
     async def run(self, stopping: asyncio.Event, poll_s: float = 0.2) -> None:
         self.notifier.bind(asyncio.get_running_loop())
@@ -156,6 +158,7 @@ class OutboxDispatcher:
 
     async def _fail(self, post: OutboxPost, reason: str, *, permanent: bool) -> None:
         self.failures += 1
+        self.on_failure(post.surface)
         log.warning("outbox post %s failed: %s", post.key, reason)
         await self.db.run(
             lambda s: outbox.mark(s, post.outbox_id, state="failed", last_error=reason)

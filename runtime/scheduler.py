@@ -292,8 +292,8 @@ class Scheduler:
         return done
 
     def _cancel(self, session: Session, task_id: str, reason: str, by: str | None) -> bool:
-        now = self.clock.now()
         task = q.lock_task(session, task_id)
+        now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
         if task is None or TaskStatus(task.status).is_terminal:
             return False
         if task.cancel_requested_at is None:

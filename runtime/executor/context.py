@@ -120,6 +120,7 @@ class ExecutorContext:
     faults: FaultPlan = field(default_factory=FaultPlan.from_env)
     poll_interval_s: float = 0.5
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    observe_phase: Callable[[str, float], None] = lambda phase, seconds: None
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:

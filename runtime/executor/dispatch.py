@@ -37,17 +37,34 @@ async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
         return goto(run, "report_stopped")
     limits = ctx.agent(task.agent).limits
     batch = pending[: limits.fanout]
-    now = ctx.clock.now()
-    deadline = now + timedelta(seconds=limits.tool_deadline_s)
     ids = [c.call_id for c in batch]
-    await ctx.db.run(
-        lambda s: runs.mark_dispatching(s, task.task_id, ids, dict.fromkeys(ids, deadline), now)
-    )
+    deadline = await ctx.db.run(lambda s: _mark_unless_stopped(s, task, ctx, ids))
+    if deadline is None:
+        await _cancel_unstarted(task, ctx, pending)
+        return goto(run, "report_stopped")
     for call in batch:
         ctx.faults.hit(f"dispatching:{call.call_id}")
     await asyncio.gather(*(_start(task, ctx, call, deadline) for call in batch))
     next_phase = "dispatch_tools" if len(pending) > len(batch) else "await_tools"
     return goto(run, next_phase)
+
+
+def _mark_unless_stopped(
+    session: Session, task: Task, ctx: ExecutorContext, ids: list[str]
+) -> datetime | None:
+    """Mark ``dispatching`` (returning the deadline) only if no stop is recorded, under the
+    task row's lock.
+
+    ``request_cancel`` takes the same lock, so a stop recorded before this commit is seen
+    here and no tool starts after it; a stop recorded later finds the calls already started.
+    """
+    q.lock_task(session, task.task_id)
+    if ctx.scheduler.stop_requested_in(session, task.task_id):
+        return None
+    now = ctx.clock.now()
+    deadline = now + timedelta(seconds=ctx.agent(task.agent).limits.tool_deadline_s)
+    runs.mark_dispatching(session, task.task_id, ids, dict.fromkeys(ids, deadline), now)
+    return deadline
 
 
 async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:

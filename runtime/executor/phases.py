@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from runtime.errors import Permanent, Retryable
+from runtime.errors import Permanent, Retryable, StaleWrite
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
@@ -159,6 +159,9 @@ def _retry_model(run: Run, error: Retryable) -> Transition:
 
 
 async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    if task.mailbox_seq > run.mailbox_position:
+        # Input arrived after the last check: the answer did not see it, so ask again.
+        return goto(run, "check_scheduler", turn=run.turn + 1)
     entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
     calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
     interrupted = [
@@ -166,7 +169,7 @@ async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     ]
     detail = {"outcome": "completed", "interrupted": interrupted}
     result = TaskResult(TaskStatus.succeeded, tx.final_text(entries, run.turn), detail)
-    return _finish(run, task, ctx, result)
+    return _finish(run, task, ctx, result, unread_guard=True)
 
 
 async def report_failure(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
@@ -192,10 +195,20 @@ async def report_stopped(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
     return _finish(run, task, ctx, result)
 
 
-def _finish(run: Run, task: Task, ctx: ExecutorContext, result: TaskResult) -> Transition:
-    """Report to the scheduler in the same transaction as ``done``; benign if already final."""
+def _finish(
+    run: Run, task: Task, ctx: ExecutorContext, result: TaskResult, *, unread_guard: bool = False
+) -> Transition:
+    """Report to the scheduler in the same transaction as ``done``; benign if already final.
+
+    With ``unread_guard`` a mailbox message appended since this tick read the task aborts the
+    commit (the task row lock orders it against ``append_mailbox``): the message was accepted
+    for this run, so the run must see it rather than finish over it. The next tick does.
+    """
 
     def write(session: Session) -> None:
+        locked = q.lock_task(session, task.task_id) if unread_guard else None
+        if locked is not None and locked.mailbox_seq > run.mailbox_position:
+            raise StaleWrite(f"task {task.task_id} got input while finishing")
         ctx.scheduler.report_result_in(session, task.task_id, result)
         final = stored_result(session, task, result)
         ctx.reporter.on_finished(session, task, final)

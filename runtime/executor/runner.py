@@ -8,6 +8,7 @@ run to ``report_failure``, which runs on the next tick like any other phase. A s
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -64,7 +65,9 @@ class Runner:
         run, task = loaded
         if run.lease_id != lease.lease_id:
             return TickResult("lost", run.phase)
+        started = time.monotonic()
         transition = await self._run_phase(run, task)
+        self.ctx.observe_phase(run.phase, time.monotonic() - started)
         try:
             status = await self.ctx.db.run(lambda s: self._commit(s, run, lease, transition))
         except StaleWrite:

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from runtime.clock import Clock
 from runtime.evidence import EvidenceItem, Strength
 from runtime.store import outbox, runs
+from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 
 PHASE_LABELS = {
@@ -57,7 +56,7 @@ class ReportingPolicy:
 
 
 def enqueue_ack(
-    session: Session,
+    session: Transaction,
     policy: ReportingPolicy,
     *,
     task_id: str,
@@ -88,7 +87,7 @@ class ThreadReporter:
         self.clock = clock
         self.policy = policy or ReportingPolicy()
 
-    def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None:
+    def on_phase(self, session: Transaction, task: Task, phase: str, detail: str) -> None:
         if not self.policy.progress or task.origin_thread_ref is None or task.parent_id:
             return
         if is_daemon(task):
@@ -108,7 +107,7 @@ class ThreadReporter:
         )
         outbox.set_body(session, key, body)
 
-    def on_finished(self, session: Session, task: Task, result: TaskResult) -> None:
+    def on_finished(self, session: Transaction, task: Task, result: TaskResult) -> None:
         if task.origin_thread_ref is None or task.parent_id:
             return
         evidence = [r.item for r in runs.evidence_of_tree(session, task.root_id)]

@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
 from runtime.notifier import Notifier
 from runtime.store import tasks as q
-from runtime.store.engine import Database
+from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.models import TaskRow
 from runtime.store.records import (
     Lease,
@@ -111,14 +108,14 @@ class Scheduler:
     async def schedule(self, spec: TaskSpec) -> Scheduled:
         try:
             outcome = await self.db.run(lambda s: self._schedule(s, spec))
-        except IntegrityError:
+        except UniqueViolation:
             # A concurrent creator won the (parent_id, child_key) race: return its child.
             outcome = await self.db.run(lambda s: self._schedule(s, spec))
         if outcome.created:
             self._wake()
         return outcome
 
-    def _schedule(self, session: Session, spec: TaskSpec) -> Scheduled:
+    def _schedule(self, session: Transaction, spec: TaskSpec) -> Scheduled:
         now = self.clock.now()
         parent = q.lock_task(session, spec.parent_id) if spec.parent_id else None
         if spec.parent_id and parent is None:
@@ -137,7 +134,7 @@ class Scheduler:
     async def claim(self, token: str, worker: str) -> Claimed | NoMatch:
         return await self.db.run(lambda s: self._claim(s, token, worker))
 
-    def _claim(self, session: Session, token: str, worker: str) -> Claimed | NoMatch:
+    def _claim(self, session: Transaction, token: str, worker: str) -> Claimed | NoMatch:
         now = self.clock.now()
         task_id = q.consume_delivery(session, token, worker, now)
         if task_id is None:
@@ -158,7 +155,7 @@ class Scheduler:
         """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``)."""
         return await self.db.run(lambda s: self._claim_next(s, worker, scan))
 
-    def _claim_next(self, session: Session, worker: str, scan: int) -> Claimed | NoMatch:
+    def _claim_next(self, session: Transaction, worker: str, scan: int) -> Claimed | NoMatch:
         now = self.clock.now()
         tokens = q.next_ready_tokens(session, now, scan, skip_locked=self.db.is_postgres)
         for token in tokens:
@@ -171,7 +168,7 @@ class Scheduler:
         """Extend a lease still held; None if it was lost (expired and recovered)."""
         return await self.db.run(lambda s: self._renew(s, lease))
 
-    def _renew(self, session: Session, lease: Lease) -> Lease | None:
+    def _renew(self, session: Transaction, lease: Lease) -> Lease | None:
         now = self.clock.now()
         execution = q.lock_execution(session, lease.task_id)
         if execution is None or execution.lease_id != lease.lease_id:
@@ -183,7 +180,7 @@ class Scheduler:
         """Give the lease back, optionally scheduling the next tick. False if already lost."""
         return await self.db.run(lambda s: self.release_in(s, lease, next_tick_at))
 
-    def release_in(self, session: Session, lease: Lease, next_tick_at: datetime | None) -> bool:
+    def release_in(self, session: Transaction, lease: Lease, next_tick_at: datetime | None) -> bool:
         now = self.clock.now()
         execution = q.lock_execution(session, lease.task_id)
         if execution is None or execution.lease_id != lease.lease_id:
@@ -201,7 +198,7 @@ class Scheduler:
             self._wake()
         return report
 
-    def _sweep(self, session: Session, limit: int) -> SweepReport:
+    def _sweep(self, session: Transaction, limit: int) -> SweepReport:
         now = self.clock.now()
         expired = q.expired_leases(session, now, limit)
         for execution in expired:
@@ -226,12 +223,12 @@ class Scheduler:
         parts: Sequence[dict[str, Any]],
         author: str | None = None,
     ) -> AppendOutcome:
-        def work(session: Session) -> AppendOutcome:
+        def work(session: Transaction) -> AppendOutcome:
             return self._append(session, task_id, idempotency_key, parts, author)
 
         try:
             outcome = await self.db.run(work)
-        except IntegrityError:
+        except UniqueViolation:
             outcome = await self.db.run(work)  # lost a same-key race: now a Duplicate
         if isinstance(outcome, Appended):
             self._wake()
@@ -239,7 +236,7 @@ class Scheduler:
 
     def _append(
         self,
-        session: Session,
+        session: Transaction,
         task_id: str,
         key: str,
         parts: Sequence[dict[str, Any]],
@@ -265,7 +262,7 @@ class Scheduler:
 
     # -- waiting, cancel and results ------------------------------------------------------
 
-    def enter_waiting_in(self, session: Session, task_id: str) -> bool:
+    def enter_waiting_in(self, session: Transaction, task_id: str) -> bool:
         """Park a running task; refused (False) if input arrived it has not read yet."""
         now = self.clock.now()
         task = q.lock_task(session, task_id)
@@ -277,7 +274,7 @@ class Scheduler:
         q.set_status(session, task, TaskStatus.waiting, now)
         return True
 
-    def _wake_waiting(self, session: Session, task: TaskRow, now: datetime) -> None:
+    def _wake_waiting(self, session: Transaction, task: TaskRow, now: datetime) -> None:
         execution = q.lock_execution(session, task.task_id)
         q.set_status(session, task, TaskStatus.queued, now)
         if execution is not None and not q.lease_is_live(execution, now):
@@ -291,7 +288,7 @@ class Scheduler:
             self._wake()
         return done
 
-    def _cancel(self, session: Session, task_id: str, reason: str, by: str | None) -> bool:
+    def _cancel(self, session: Transaction, task_id: str, reason: str, by: str | None) -> bool:
         task = q.lock_task(session, task_id)
         now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
         if task is None or TaskStatus(task.status).is_terminal:
@@ -306,7 +303,7 @@ class Scheduler:
         self._notify_in(session)
         return True
 
-    def _wake_for_stop(self, session: Session, task: TaskRow, now: datetime) -> None:
+    def _wake_for_stop(self, session: Transaction, task: TaskRow, now: datetime) -> None:
         """Give an idle task a tick, ahead of the queue, so it observes the stop promptly."""
         execution = q.lock_execution(session, task.task_id)
         if execution is None or execution.phase == "done" or q.lease_is_live(execution, now):
@@ -317,7 +314,7 @@ class Scheduler:
         """True if the task or any ancestor has a stop recorded or is already terminal."""
         return await self.db.read(lambda s: self.stop_requested_in(s, task_id))
 
-    def stop_requested_in(self, session: Session, task_id: str) -> bool:
+    def stop_requested_in(self, session: Transaction, task_id: str) -> bool:
         chain = q.ancestry(session, task_id)
         if not chain:
             return True
@@ -330,7 +327,9 @@ class Scheduler:
         self._wake()
         return outcome
 
-    def report_result_in(self, session: Session, task_id: str, result: TaskResult) -> ReportOutcome:
+    def report_result_in(
+        self, session: Transaction, task_id: str, result: TaskResult
+    ) -> ReportOutcome:
         if not result.status.is_terminal:
             raise ValueError(f"report_result needs a terminal status, not {result.status}")
         now = self.clock.now()
@@ -350,7 +349,7 @@ class Scheduler:
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> Task | None:
-        def work(session: Session) -> Task | None:
+        def work(session: Transaction) -> Task | None:
             row = q.get_task(session, task_id)
             return q.to_task(row) if row else None
 
@@ -365,7 +364,7 @@ class Scheduler:
 
     # -- notifications --------------------------------------------------------------------
 
-    def _notify_in(self, session: Session) -> None:
+    def _notify_in(self, session: Transaction) -> None:
         if self.db.is_postgres:
             session.connection().exec_driver_sql("NOTIFY keel_ready")
 

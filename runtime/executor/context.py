@@ -8,14 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from sqlalchemy.orm import Session
-
 from runtime.clock import Clock
 from runtime.config import AgentConfig
 from runtime.executor.faults import FaultPlan
 from runtime.models.base import ModelProvider
 from runtime.scheduler import Scheduler
-from runtime.store.engine import Database
+from runtime.store.engine import Database, Transaction
 from runtime.store.records import Task, TaskResult
 from runtime.tools.base import Tool
 
@@ -37,7 +35,7 @@ Phase = Literal[
 # wait: park the task until input or a child arrives; done: the run is over.
 After = Literal["continue", "delay", "wait", "done"]
 
-Write = Callable[[Session], None]
+Write = Callable[[Transaction], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +47,7 @@ class Transition:
     writes: tuple[Write, ...] = ()
     after: After = "continue"
     delay_s: float = 0.0
-    wait_guard: Callable[[Session], bool] | None = None
+    wait_guard: Callable[[Transaction], bool] | None = None
 
 
 class ContextSource(Protocol):
@@ -61,16 +59,16 @@ class ContextSource(Protocol):
 class Reporter(Protocol):
     """Queues what people should see; called inside the executor's transactions."""
 
-    def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None: ...
+    def on_phase(self, session: Transaction, task: Task, phase: str, detail: str) -> None: ...
 
-    def on_finished(self, session: Session, task: Task, result: TaskResult) -> None: ...
+    def on_finished(self, session: Transaction, task: Task, result: TaskResult) -> None: ...
 
 
 class SilentReporter:
-    def on_phase(self, session: Session, task: Task, phase: str, detail: str) -> None:
+    def on_phase(self, session: Transaction, task: Task, phase: str, detail: str) -> None:
         return None
 
-    def on_finished(self, session: Session, task: Task, result: TaskResult) -> None:
+    def on_finished(self, session: Transaction, task: Task, result: TaskResult) -> None:
         return None
 
 

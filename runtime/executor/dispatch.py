@@ -12,13 +12,12 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.phases import goto, limit_reached
 from runtime.store import runs
 from runtime.store import tasks as q
+from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskStatus
 from runtime.store.runs import Run, ToolCallRecord
 from runtime.tools.base import Completed, Pending, Started, Tool, ToolContext, Unknown
@@ -50,7 +49,7 @@ async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
 
 
 def _mark_unless_stopped(
-    session: Session, task: Task, ctx: ExecutorContext, ids: list[str]
+    session: Transaction, task: Task, ctx: ExecutorContext, ids: list[str]
 ) -> datetime | None:
     """Mark ``dispatching`` (returning the deadline) only if no stop is recorded, under the
     task row's lock.
@@ -93,7 +92,7 @@ async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition
     calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
     now = ctx.clock.now()
 
-    def write(session: Session) -> None:
+    def write(session: Transaction) -> None:
         for call in sorted(calls, key=lambda c: c.idx):
             result = call.result or {}
             payload = {
@@ -118,7 +117,7 @@ async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition
 
 
 def _children_running(child_ids: list[str]) -> Any:
-    def guard(session: Session) -> bool:
+    def guard(session: Transaction) -> bool:
         rows = [q.get_task(session, child_id) for child_id in child_ids]
         return all(r is not None and not TaskStatus(r.status).is_terminal for r in rows)
 
@@ -257,7 +256,7 @@ async def _settle(
     """Settle once; evidence lands in the same transaction as the settlement."""
     now = ctx.clock.now()
 
-    def write(session: Session) -> None:
+    def write(session: Transaction) -> None:
         won = runs.settle(
             session, task.task_id, call.call_id, outcome=outcome, result=result, now=now
         )

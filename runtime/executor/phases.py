@@ -9,14 +9,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from runtime.errors import Permanent, Retryable, StaleWrite
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
 from runtime.store import runs
 from runtime.store import tasks as q
+from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.runs import Run
 
@@ -45,7 +44,7 @@ async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition
         sections.extend(await source.sections(task))
     now = ctx.clock.now()
 
-    def write(session: Session) -> None:
+    def write(session: Transaction) -> None:
         payload = {"type": "user_text", "text": task.message}
         runs.add_transcript_item(
             session, task.task_id, tx.task_key(task.task_id), "user", "message", payload, now
@@ -70,7 +69,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     template = ctx.agent(task.agent).mailbox_template
     now = ctx.clock.now()
 
-    def write(session: Session) -> None:
+    def write(session: Transaction) -> None:
         for message in messages:
             payload = {
                 "type": "user_text",
@@ -116,7 +115,7 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
             return limit_reached(run, "max_tool_calls", agent.limits.max_tool_calls)
     now = ctx.clock.now()
 
-    def write(session: Session) -> None:
+    def write(session: Transaction) -> None:
         for index, item in enumerate(response.items):
             role, kind, payload = tx.item_payload(item)
             key = (
@@ -205,7 +204,7 @@ def _finish(
     for this run, so the run must see it rather than finish over it. The next tick does.
     """
 
-    def write(session: Session) -> None:
+    def write(session: Transaction) -> None:
         locked = q.lock_task(session, task.task_id) if unread_guard else None
         if locked is not None and locked.mailbox_seq > run.mailbox_position:
             raise StaleWrite(f"task {task.task_id} got input while finishing")
@@ -216,7 +215,7 @@ def _finish(
     return goto(run, "done", writes=(write,), after="done")
 
 
-def stored_result(session: Session, task: Task, fallback: TaskResult) -> TaskResult:
+def stored_result(session: Transaction, task: Task, fallback: TaskResult) -> TaskResult:
     """The result the scheduler holds: the first terminal report wins over ours."""
     row = q.get_task(session, task.task_id)
     if row is None or row.result is None:

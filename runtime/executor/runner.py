@@ -15,14 +15,13 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
-from sqlalchemy.orm import Session
-
 from runtime.errors import StaleWrite
 from runtime.executor import dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.scheduler import Scheduler
 from runtime.store import runs
 from runtime.store import tasks as q
+from runtime.store.engine import Transaction
 from runtime.store.records import Lease, Task
 from runtime.store.runs import Run
 
@@ -94,7 +93,7 @@ class Runner:
             return phases.goto(run, "report_failure", state={**run.state, "error": error})
 
     def _commit(
-        self, session: Session, run: Run, lease: Lease, transition: Transition
+        self, session: Transaction, run: Run, lease: Lease, transition: Transition
     ) -> Literal["continue", "released"]:
         now = self.ctx.clock.now()
         for write in transition.writes:
@@ -128,7 +127,7 @@ class Runner:
         return "released"
 
 
-def _load(scheduler: Scheduler, session: Session, task_id: str) -> tuple[Run, Task] | None:
+def _load(scheduler: Scheduler, session: Transaction, task_id: str) -> tuple[Run, Task] | None:
     """One read: the run, its task, and whether a stop is recorded on it or an ancestor."""
     run = runs.load_run(session, task_id)
     row = q.get_task(session, task_id)

@@ -19,12 +19,17 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.errors import Retryable
 
 T = TypeVar("T")
+
+# What code outside runtime/store sees: an open transaction, and the error a unique
+# constraint raises. Only this package knows they are SQLAlchemy's.
+Transaction = Session
+UniqueViolation = IntegrityError
 
 DEFAULT_URL = "sqlite:///./keel.db"
 

@@ -38,3 +38,13 @@ def test_parser_sees_outward_import_when_one_is_present(tmp_path: Path) -> None:
     sample = tmp_path / "x.py"
     sample.write_text("from adapters.web import app\nimport routing.router\n")
     assert {"adapters", "routing"} <= _imported_packages(sample)
+
+
+def test_only_runtime_store_imports_sqlalchemy_when_parsed() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for package in ("runtime", "routing")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "store" not in path.relative_to(ROOT).parts and "sqlalchemy" in _imported_packages(path)
+    ]
+    assert offenders == []

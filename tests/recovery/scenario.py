@@ -104,7 +104,7 @@ async def run_scenario(
     *,
     fault: str | None = None,
     trace: Path | None = None,
-    timeout: float = 60,
+    timeout: float = 150,
 ) -> Outcome:
     """Run the task with an optional kill point, restart after a kill, wait for the end."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,8 @@ async def run_scenario(
                 break
             await asyncio.sleep(0.05)
         else:
-            raise TimeoutError(f"task did not finish; fault={fault}")
+            log = (folder / "worker.err").read_text()[-2000:]
+            raise TimeoutError(f"task did not finish; fault={fault}; worker log tail:\n{log}")
     finally:
         (folder / "stop").write_text("")
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from runtime.store.records import TaskStatus
 from tests.recovery.scenario import Outcome, run_scenario
 
-PARALLEL = 3
+PARALLEL = 2
 
 
 def _check(point: str, outcome: Outcome) -> list[str]:

@@ -81,7 +81,7 @@ async def transitions_per_s(db: Database) -> float:
         db=db, scheduler=scheduler, provider=ScriptedProvider.from_dict(SCRIPT),
         tools={"instant": Instant()}, agents={"default": agent}, clock=SystemClock(),
     )
-    worker = Worker(scheduler, Runner(ctx), concurrency=2, poll_interval_s=0.01)
+    worker = Worker(scheduler, Runner(ctx), concurrency=TASKS, poll_interval_s=0.01)
     ids = [(await scheduler.schedule(TaskSpec(agent="default", message="go"))).task.task_id
            for _ in range(TASKS)]
     started = time.perf_counter()

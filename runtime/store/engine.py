@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.errors import Retryable
+from runtime.store.group_commit import GroupCommitter
 
 T = TypeVar("T")
 
@@ -80,6 +81,8 @@ class Database:
         # SQLite has one writer at a time; queueing writers of this process here is cheaper
         # than letting them sleep in SQLite's busy handler.
         self._write_lock: Any = contextlib.nullcontext() if self.is_postgres else threading.Lock()
+        # On SQLite concurrent writers share commits (one fsync for many transitions).
+        self._group = None if self.is_postgres else GroupCommitter(self.transaction)
 
     @classmethod
     def from_url(cls, url: str) -> Database:
@@ -111,6 +114,9 @@ class Database:
                 conn.info.pop("keel_read_only", None)
 
     async def run(self, work: Callable[[Session], T]) -> T:
+        if self._group is not None:
+            result: T = await asyncio.wrap_future(self._group.submit(work))
+            return result
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self.run_sync, work)
 
@@ -139,6 +145,8 @@ class Database:
         return await loop.run_in_executor(self._pool, self.schema_revision_sync)
 
     def close(self) -> None:
+        if self._group is not None:
+            self._group.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.engine.dispose()
 

@@ -39,6 +39,7 @@ from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, resolve_url
 from runtime.store.listen import PgListener
 from runtime.store.migrate import upgrade
+from runtime.store.outbox import enqueue_post
 from runtime.store.records import Task
 from runtime.surfaces import Surface
 from runtime.tools.base import Tool
@@ -187,7 +188,10 @@ class Keel:
             return build_provider("scripted", path=model.script)
         key = model.api_key.get_secret_value() if model.api_key else None
         return build_provider(
-            "openai", base_url=model.base_url, model=model.model, api_key=key,
+            "openai",
+            base_url=model.base_url,
+            model=model.model,
+            api_key=key,
             timeout_s=model.timeout_s,
         )
 
@@ -243,8 +247,44 @@ class Keel:
         )
         if isinstance(outcome, Signal) and not result.duplicate and result.task_id:
             await self._acknowledge(outcome, result)
+        if isinstance(outcome, Signal) and result.decision == "escalated":
+            await self._escalate(outcome, result)
+        log.info(
+            "signal %s: %s (%s)",
+            result.signal_id,
+            result.decision,
+            result.reason or "-",
+            extra={
+                "signal_id": result.signal_id,
+                "delivery_id": delivery_id,
+                "task_id": result.task_id,
+            },
+        )
         self.metrics.observe_ack(time.monotonic() - started, provider)
         return result
+
+    async def _escalate(self, signal: Signal, result: IngestResult) -> None:
+        """No second owner was made: say so in the thread rather than drop it silently."""
+        text = (
+            "⚠️ I received this but could not safely attach it to the task already working "
+            "here, and I will not start a second one. Please repeat it once that task has "
+            f"replied. (reason: {result.reason})"
+        )
+        now = self.clock.now()
+        thread = _thread_root(signal.thread_ref)
+        await self.db.run(
+            lambda s: enqueue_post(
+                s,
+                task_id=str(result.task_id or ""),
+                purpose="escalation",
+                surface=thread.split(":", 1)[0],
+                thread_ref=thread,
+                key=f"escalation:{result.signal_id}",
+                action="post",
+                body=text,
+                now=now,
+            )
+        )
 
     async def _acknowledge(self, signal: Signal, result: IngestResult) -> None:
         if result.decision not in ACTING:
@@ -255,8 +295,13 @@ class Keel:
         thread = _thread_root(signal.thread_ref)
         await self.db.run(
             lambda s: enqueue_ack(
-                s, self.reporting, task_id=task_id, signal_id=result.signal_id,
-                thread_ref=thread, now=now, emoji=emoji,
+                s,
+                self.reporting,
+                task_id=task_id,
+                signal_id=result.signal_id,
+                thread_ref=thread,
+                now=now,
+                emoji=emoji,
             )
         )
         self.scheduler.notifier.notify()
@@ -317,8 +362,13 @@ class Keel:
 
 def _secret_values(cfg: AppConfig) -> list[str | None]:
     secrets = [
-        cfg.slack.bot_token, cfg.slack.signing_secret, cfg.github.token, cfg.github.webhook_secret,
-        cfg.github.app.private_key, cfg.model.api_key, cfg.server.admin_token,
+        cfg.slack.bot_token,
+        cfg.slack.signing_secret,
+        cfg.github.token,
+        cfg.github.webhook_secret,
+        cfg.github.app.private_key,
+        cfg.model.api_key,
+        cfg.server.admin_token,
         *(repo.token for repo in cfg.workspace.repositories.values()),
     ]
     return [s.get_secret_value() if s is not None else None for s in secrets]

@@ -159,7 +159,7 @@ class OutboxDispatcher:
     async def _fail(self, post: OutboxPost, reason: str, *, permanent: bool) -> None:
         self.failures += 1
         self.on_failure(post.surface)
-        log.warning("outbox post %s failed: %s", post.key, reason)
+        log.warning("outbox post %s failed: %s", post.key, reason, extra={"task_id": post.task_id})
         await self.db.run(
             lambda s: outbox.mark(s, post.outbox_id, state="failed", last_error=reason)
         )

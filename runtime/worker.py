@@ -90,7 +90,11 @@ class Worker:
         try:
             result = await self.runner.tick(lease)
         except Exception:  # loop boundary: leave the lease to expire into a recovery
-            log.exception("tick of task %s failed outside any phase", lease.task_id)
+            log.exception(
+                "tick of task %s failed outside any phase",
+                lease.task_id,
+                extra={"task_id": lease.task_id},
+            )
             return TickResult("lost", "")
         self.ticks += 1
         return result

@@ -92,7 +92,7 @@ class GitHubWebhook:
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
         parsed = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nesting deeper than the parser's
         return None
     return parsed if isinstance(parsed, dict) else None
 

@@ -112,7 +112,7 @@ def _bolt_app(signing_secret: str, identity: SlackIdentity, api_url: str) -> Asy
 def _is_json_object(body: bytes) -> bool:
     try:
         return isinstance(json.loads(body.decode("utf-8")), dict)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nesting deeper than the parser's
         return False
 
 

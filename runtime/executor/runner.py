@@ -81,7 +81,12 @@ class Runner:
                 raise RuntimeError(f"unknown phase {run.phase!r}")
             return await phase(run, task, self.ctx)
         except Exception as e:  # loop boundary: the failure becomes data for the next tick
-            log.exception("phase %s of task %s failed", run.phase, task.task_id)
+            log.exception(
+                "phase %s of task %s failed",
+                run.phase,
+                task.task_id,
+                extra={"task_id": task.task_id, "phase": run.phase},
+            )
             if run.phase in ("report_failure", "done"):
                 raise
             error = {

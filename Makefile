@@ -30,8 +30,10 @@ test: lint typecheck
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
+# The long crash soak, on SQLite and on the local PostgreSQL (override KEEL_TEST_DATABASE_URL).
 soak: $(STAMP)
-	KEEL_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/recovery/test_soak.py
+	KEEL_SOAK=1 KEEL_TEST_DATABASE_URL=$${KEEL_TEST_DATABASE_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/recovery/test_soak.py
 
 clean:
 	rm -rf $(VENV) .keel keel.db

@@ -101,6 +101,10 @@ class Runner:
         self, session: Transaction, run: Run, lease: Lease, transition: Transition
     ) -> Literal["continue", "released"]:
         now = self.ctx.clock.now()
+        if transition.after == "wait":
+            # Lock our task row first: a child reporting its result locks it too, so either
+            # it sees us waiting (and wakes us) or our guard below sees it finished.
+            q.lock_task(session, run.task_id)
         for write in transition.writes:
             write(session)
         after = transition.after

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 PG_URL = os.environ.get("KEEL_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -18,6 +20,9 @@ class Figure:
     target: float
     higher_is_better: bool = True
     ratios: tuple[float, ...] = ()
+    # "value": the target is an absolute bound on the value (ms, MB, a count); the baseline
+    # and ratio are still printed, for scale.
+    judged_on: Literal["ratio", "value"] = "ratio"
 
     @property
     def ratio(self) -> float:
@@ -25,7 +30,8 @@ class Figure:
 
     @property
     def met(self) -> bool:
-        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+        judged = self.ratio if self.judged_on == "ratio" else self.value
+        return judged >= self.target if self.higher_is_better else judged <= self.target
 
     def result_line(self) -> str:
         spread = f" min={min(self.ratios):.3f} max={max(self.ratios):.3f}" if self.ratios else ""
@@ -64,3 +70,10 @@ def postgres_available() -> bool:
     except psycopg.Error:
         return False
     return True
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (``fraction`` 0.99 is p99) of a non-empty sample."""
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]

@@ -46,7 +46,28 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return _sqlite_engine(url)
     if parsed.drivername == "postgresql":
         url = str(parsed.set(drivername="postgresql+psycopg"))
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
+    return engine
+
+
+def _without_nul(
+    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> tuple[str, Any]:
+    """PostgreSQL text cannot hold NUL, which a signed webhook or a URL may carry: it becomes
+    U+FFFD instead of an error (a 500 the provider would redeliver forever)."""
+    if isinstance(parameters, dict):
+        parameters = {k: _clean(v) for k, v in parameters.items()}
+    elif isinstance(parameters, list | tuple):
+        parameters = type(parameters)(
+            {k: _clean(v) for k, v in p.items()} if isinstance(p, dict) else _clean(p)
+            for p in parameters
+        )
+    return statement, parameters
+
+
+def _clean(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
 
 
 def _sqlite_engine(url: str) -> Engine:

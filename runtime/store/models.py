@@ -209,6 +209,7 @@ class SignalRow(Base):
         UniqueConstraint("provider", "delivery_id", name="uq_signals_provider_delivery"),
         UniqueConstraint("dedupe_key", name="uq_signals_dedupe_key"),
         Index("ix_signals_task", "task_id"),
+        Index("ix_signals_decision_received", "decision", "received_at"),
     )
     signal_id: Mapped[str] = mapped_column("id", String(40), primary_key=True)
     provider: Mapped[str] = mapped_column(String(20))

@@ -33,7 +33,7 @@ bench: $(STAMP)
 # The long crash soak, on SQLite and on the local PostgreSQL (override KEEL_TEST_DATABASE_URL).
 soak: $(STAMP)
 	KEEL_SOAK=1 KEEL_TEST_DATABASE_URL=$${KEEL_TEST_DATABASE_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
-		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/recovery/test_soak.py
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/recovery/test_soak.py tests/integration/test_races.py
 
 clean:
 	rm -rf $(VENV) .keel keel.db

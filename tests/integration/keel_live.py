@@ -1,0 +1,276 @@
+"""Keel's real app served on loopback against the Slack and GitHub emulators, for the
+reliability and security suites: signed deliveries in, database and emulator state out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import func, select
+
+from adapters.config import AppConfig, build_config
+from adapters.demo.repo import branch_head, create_sample_repo
+from adapters.emulators.github import create_github_app
+from adapters.emulators.github_state import GitHubState
+from adapters.emulators.server import RunningServer, serve
+from adapters.emulators.slack import SlackState, create_slack_app
+from adapters.emulators.webhooks import deliver, sign_github, sign_slack
+from adapters.web.app import create_app
+from runtime.store import runs
+from runtime.store import tasks as q
+from runtime.store.engine import Database
+from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
+from runtime.store.outbox import posts_of_task
+
+CHANNEL = "C0KEELGEN1"
+PERSON = "U0DEMODANA"
+SIGNING_SECRET = "live-signing-secret-5f2c"
+BOT_TOKEN = "xoxb-live-bot-token-8d41"
+GITHUB_TOKEN = "ghp_live_token_77ab3e"
+WEBHOOK_SECRET = "live-webhook-secret-c9e0"
+ADMIN_TOKEN = "live-admin-token-4b1d"
+GH_REPO = "Codertocat/Hello-World"
+GH_USER = "Codertocat"
+SHOP = "acme/shop"
+MENTION = "the checkout tests are failing on main, can you fix it?"
+FOLLOW_UP = "Please keep the public API of calc unchanged."
+SECRETS = (SIGNING_SECRET, BOT_TOKEN, GITHUB_TOKEN, WEBHOOK_SECRET)
+TERMINAL_NAMES = ("succeeded", "failed", "canceled", "timed_out")
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def live_config(
+    workdir: Path,
+    db_url: str,
+    slack_url: str,
+    github_url: str,
+    bare: Path,
+    extra: dict[str, Any],
+) -> AppConfig:
+    script = Path(__file__).resolve().parents[2] / "adapters" / "demo" / "script.yaml"
+    script_path = workdir / "script.yaml"
+    script_path.write_text(script.read_text().replace("{python}", sys.executable))
+    tree: dict[str, Any] = {
+        "database": {"url": db_url},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "slack": {
+            "bot_token": BOT_TOKEN,
+            "signing_secret": SIGNING_SECRET,
+            "api_url": slack_url + "/api/",
+        },
+        "github": {
+            "token": GITHUB_TOKEN,
+            "webhook_secret": WEBHOOK_SECRET,
+            "api_url": github_url,
+            "bot_login": "keel-bot",
+        },
+        "model": {"provider": "scripted", "script": str(script_path)},
+        "workspace": {
+            "root": str(workdir / "workspaces"),
+            "repositories": {"shop": {"url": bare.as_uri(), "ref": "main"}},
+        },
+        "routing": {"channel_repos": {CHANNEL: "shop"}, "default_repo": "shop"},
+        "worker": {"concurrency": 2, "poll_interval_s": 0.1, "lease_seconds": 5},
+    }
+    return build_config(merge(tree, extra), env={})
+
+
+@dataclass
+class Live:
+    url: str
+    db_url: str
+    slack: SlackState
+    github: GitHubState
+    app: Any
+
+    def mention(
+        self, text: str, *, user: str = PERSON, kind: str = "app_mention"
+    ) -> dict[str, Any]:
+        ts = self.slack.seed_message(CHANNEL, f"<@{self.slack.bot_user_id}> {text}", user=user)
+        return self.event(ts, f"<@{self.slack.bot_user_id}> {text}", user=user, kind=kind)
+
+    def event(
+        self,
+        ts: str,
+        text: str,
+        *,
+        user: str = PERSON,
+        kind: str = "message",
+        thread_ts: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        event = {
+            "type": kind,
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "channel": CHANNEL,
+            "event_ts": ts,
+            "channel_type": "channel",
+            **extra,
+        }
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+        return event
+
+    def reply(self, root_ts: str, text: str, *, user: str = PERSON) -> dict[str, Any]:
+        ts = self.slack.seed_message(CHANNEL, text, user=user, thread_ts=root_ts)
+        return self.event(ts, text, user=user, thread_ts=root_ts)
+
+    def envelope(self, event: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
+        return {
+            "token": "unused",
+            "team_id": self.slack.team_id,
+            "api_app_id": "A0KEELAPP1",
+            "type": "event_callback",
+            "event_id": event_id or "Ev" + uuid.uuid4().hex[:10].upper(),
+            "event_time": int(time.time()),
+            "event": event,
+        }
+
+    async def send_slack(
+        self, event: dict[str, Any], *, event_id: str | None = None, times: int = 1
+    ) -> list[httpx.Response]:
+        signed = sign_slack(self.envelope(event, event_id), SIGNING_SECRET)
+        return await deliver(
+            self.url + "/slack/events", signed, times=times, concurrently=True, slack_retries=True
+        )
+
+    async def send_github(
+        self,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        delivery_id: str | None = None,
+        times: int = 1,
+    ) -> list[httpx.Response]:
+        signed = sign_github(event, payload, WEBHOOK_SECRET, delivery_id=delivery_id)
+        return await deliver(self.url + "/github/webhook", signed, times=times, concurrently=True)
+
+    async def counts(self) -> dict[str, int]:
+        db = Database.from_url(self.db_url)
+
+        def read(session: Any) -> dict[str, int]:
+            def count(row: Any) -> int:
+                return int(session.execute(select(func.count()).select_from(row)).scalar_one())
+
+            return {
+                "signals": count(SignalRow),
+                "tasks": count(TaskRow),
+                "mailbox": count(MailboxMessageRow),
+            }
+
+        try:
+            return await db.read(read)
+        finally:
+            db.close()
+
+
+@contextmanager
+def live_keel(
+    workdir: Path,
+    db_url: str,
+    *,
+    workers: bool = False,
+    extra: dict[str, Any] | None = None,
+    app_public_key: str | None = None,
+) -> Iterator[Live]:
+    """Emulators and Keel on loopback; the GitHub user Codertocat may write to Hello-World,
+    and ``acme/shop`` is the demo's sample repository (with a failing test)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    bare = create_sample_repo(workdir / "origin")
+    slack, github = SlackState(), GitHubState(app_public_key=app_public_key)
+    github.add_repo(SHOP).resolve_branch = lambda branch: branch_head(bare, branch)
+    slack.tokens.add(BOT_TOKEN)
+    slack.add_user(PERSON, "dana", real_name="Dana")
+    github.add_token(GITHUB_TOKEN, "keel-bot")
+    github.add_repo(GH_REPO)
+    github.add_user(GH_USER)
+    github.set_permission(GH_REPO, GH_USER, "write")
+    servers: list[RunningServer] = []
+    try:
+        servers += [serve(create_slack_app(slack)), serve(create_github_app(github))]
+        config = live_config(workdir, db_url, servers[0].url, servers[1].url, bare, extra or {})
+        app = create_app(config, workers=workers)
+        servers.append(serve(app, lifespan="on"))
+        yield Live(servers[2].url, db_url, slack, github, app)
+    finally:
+        for server in reversed(servers):
+            server.stop()
+
+
+def _play_ci(github: GitHubState) -> None:
+    repo = github.repos[SHOP]
+    for pull in repo.pulls.values():
+        if pull.head_sha not in repo.checks:
+            github.set_checks(SHOP, pull.head_sha, [("tests", "success"), ("lint", "success")])
+
+
+async def _step(
+    live: Live,
+    db: Database,
+    task: Any,
+    root_ts: str,
+    on_step: Callable[[int], None] | None,
+    state: dict[str, int],
+) -> bool:
+    """One look at the run: faults, the follow-up and CI as due; True once it is all over."""
+    task_id = task.task_id
+    run = await db.read(lambda s: runs.load_run(s, task_id))
+    if run is None:
+        return False
+    if on_step is not None:
+        on_step(run.turn)
+    if not state["followed"] and run.turn >= 1:
+        await live.send_slack(live.reply(root_ts, FOLLOW_UP))
+        state["followed"] = 1
+    _play_ci(live.github)
+    posts = await db.read(lambda s: posts_of_task(s, task_id))
+    return task.status in TERMINAL_NAMES and any(
+        p.purpose == "completion" and p.state in ("landed", "failed") for p in posts
+    )
+
+
+async def drive(
+    live: Live,
+    *,
+    text: str = MENTION,
+    timeout: float = 120,
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[str, str]:
+    """The demo's conversation: a mention, a follow-up mid-run, green CI on each pull request.
+
+    Returns (task id, root ts) once the task is terminal and its completion post settled;
+    ``on_step`` is called with the turn at every look, before CI is played (to arm faults).
+    """
+    event = live.mention(text)
+    await live.send_slack(event)
+    objective = f"slack:{live.slack.team_id}/{CHANNEL}/{event['ts']}"
+    db = Database.from_url(live.db_url)
+    state = {"followed": 0}
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                task = await db.read(lambda s: q.latest_by_objective(s, objective))
+                if task is not None:
+                    done = await _step(live, db, task, event["ts"], on_step, state)
+                    if done:
+                        return task.task_id, event["ts"]
+                await asyncio.sleep(0.1)
+    finally:
+        db.close()

@@ -53,23 +53,37 @@ class DemoResult:
     github: GitHubState | None = None
 
 
-def demo_config(
-    workdir: Path, db_url: str, slack_url: str, github_url: str, bare: Path
-) -> AppConfig:
+@dataclass(frozen=True, slots=True)
+class DemoSecrets:
+    signing_secret: str = SIGNING_SECRET
+    bot_token: str = BOT_TOKEN
+    github_token: str = GITHUB_TOKEN
+    webhook_secret: str = WEBHOOK_SECRET
+
+
+def demo_tree(
+    workdir: Path,
+    db_url: str,
+    slack_url: str,
+    github_url: str,
+    bare: Path,
+    secrets: DemoSecrets = DemoSecrets(),
+) -> dict[str, Any]:
+    """The demo's configuration tree (also what the live tests start from)."""
     script = (Path(__file__).with_name("script.yaml")).read_text()
     script_path = workdir / "script.yaml"
     script_path.write_text(script.replace("{python}", sys.executable))
-    tree: dict[str, Any] = {
+    return {
         "database": {"url": db_url},
         "server": {"host": "127.0.0.1", "port": 0},
         "slack": {
-            "bot_token": BOT_TOKEN,
-            "signing_secret": SIGNING_SECRET,
+            "bot_token": secrets.bot_token,
+            "signing_secret": secrets.signing_secret,
             "api_url": slack_url + "/api/",
         },
         "github": {
-            "token": GITHUB_TOKEN,
-            "webhook_secret": WEBHOOK_SECRET,
+            "token": secrets.github_token,
+            "webhook_secret": secrets.webhook_secret,
             "api_url": github_url,
             "bot_login": "keel-bot",
         },
@@ -81,7 +95,12 @@ def demo_config(
         "routing": {"channel_repos": {CHANNEL: "shop"}, "default_repo": "shop"},
         "worker": {"concurrency": 2, "poll_interval_s": 0.2, "lease_seconds": 10},
     }
-    return build_config(tree, env={})
+
+
+def demo_config(
+    workdir: Path, db_url: str, slack_url: str, github_url: str, bare: Path
+) -> AppConfig:
+    return build_config(demo_tree(workdir, db_url, slack_url, github_url, bare), env={})
 
 
 def _envelope(event: dict[str, Any], team: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ reliability and security suites: signed deliveries in, database and emulator sta
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from sqlalchemy import func, select
 
 from adapters.config import AppConfig, build_config
 from adapters.demo.repo import branch_head, create_sample_repo
+from adapters.demo.scenario import DemoSecrets, demo_tree
 from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
@@ -62,31 +62,9 @@ def live_config(
     bare: Path,
     extra: dict[str, Any],
 ) -> AppConfig:
-    script = Path(__file__).resolve().parents[2] / "adapters" / "demo" / "script.yaml"
-    script_path = workdir / "script.yaml"
-    script_path.write_text(script.read_text().replace("{python}", sys.executable))
-    tree: dict[str, Any] = {
-        "database": {"url": db_url},
-        "server": {"host": "127.0.0.1", "port": 0},
-        "slack": {
-            "bot_token": BOT_TOKEN,
-            "signing_secret": SIGNING_SECRET,
-            "api_url": slack_url + "/api/",
-        },
-        "github": {
-            "token": GITHUB_TOKEN,
-            "webhook_secret": WEBHOOK_SECRET,
-            "api_url": github_url,
-            "bot_login": "keel-bot",
-        },
-        "model": {"provider": "scripted", "script": str(script_path)},
-        "workspace": {
-            "root": str(workdir / "workspaces"),
-            "repositories": {"shop": {"url": bare.as_uri(), "ref": "main"}},
-        },
-        "routing": {"channel_repos": {CHANNEL: "shop"}, "default_repo": "shop"},
-        "worker": {"concurrency": 2, "poll_interval_s": 0.1, "lease_seconds": 5},
-    }
+    secrets = DemoSecrets(SIGNING_SECRET, BOT_TOKEN, GITHUB_TOKEN, WEBHOOK_SECRET)
+    tree = demo_tree(workdir, db_url, slack_url, github_url, bare, secrets)
+    tree["worker"] = {"concurrency": 2, "poll_interval_s": 0.1, "lease_seconds": 5}
     return build_config(merge(tree, extra), env={})
 
 

@@ -359,7 +359,7 @@ class Scheduler:
         return await self.db.read(lambda s: q.status_history(s, task_id))
 
     async def active_for_objective(self, objective_key: str) -> list[Task]:
-        rows = await self.db.read(lambda s: q.count_active_by_objective(s, objective_key))
+        rows = await self.db.read(lambda s: q.active_by_objective(s, objective_key))
         return [q.to_task(r) for r in rows]
 
     # -- notifications --------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from runtime.ids import MessageId, TaskId, new_message_id, new_token
@@ -298,7 +298,7 @@ def ancestry(session: Session, task_id: str) -> list[TaskRow]:
     return chain
 
 
-def count_active_by_objective(session: Session, objective_key: str) -> Sequence[TaskRow]:
+def active_by_objective(session: Session, objective_key: str) -> Sequence[TaskRow]:
     query = (
         select(TaskRow)
         .where(TaskRow.objective_key == objective_key, TaskRow.status.not_in(_TERMINAL_NAMES))
@@ -316,6 +316,3 @@ def latest_by_objective(session: Session, objective_key: str) -> TaskRow | None:
     )
     return session.scalars(query).first()
 
-
-def count_tasks(session: Session) -> int:
-    return session.execute(select(func.count()).select_from(TaskRow)).scalar_one()

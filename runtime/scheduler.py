@@ -315,12 +315,8 @@ class Scheduler:
         return await self.db.read(lambda s: self.stop_requested_in(s, task_id))
 
     def stop_requested_in(self, session: Transaction, task_id: str) -> bool:
-        chain = q.ancestry(session, task_id)
-        if not chain:
-            return True
-        return any(
-            t.cancel_requested_at is not None or TaskStatus(t.status).is_terminal for t in chain
-        )
+        task = q.read_task(session, task_id)
+        return task is None or q.stop_recorded(session, task)
 
     async def report_result(self, task_id: str, result: TaskResult) -> ReportOutcome:
         outcome = await self.db.run(lambda s: self.report_result_in(s, task_id, result))

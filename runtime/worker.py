@@ -82,6 +82,7 @@ class Worker:
             if result.status == "continue":  # stopping: hand the task on at once
                 await self.scheduler.release(lease, next_tick_at=self.scheduler.clock.now())
         finally:
+            self.runner.forget(lease)
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer

@@ -9,6 +9,7 @@ write → ``reconcile`` or settle as ``interrupted``. The first settled result i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ CHILD_WAIT_TOOL = "wait_for_task"
 
 
 async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await _calls_of_turn(run, ctx)
     await _recover(task, ctx, [c for c in calls if c.dispatch_state == "dispatching"])
     pending = [c for c in calls if c.dispatch_state == "pending"]
     if not pending:
@@ -57,8 +58,8 @@ def _mark_unless_stopped(
     ``request_cancel`` takes the same lock, so a stop recorded before this commit is seen
     here and no tool starts after it; a stop recorded later finds the calls already started.
     """
-    q.lock_task(session, task.task_id)
-    if ctx.scheduler.stop_requested_in(session, task.task_id):
+    current = q.read_task(session, task.task_id, lock=True)
+    if current is None or q.stop_recorded(session, current):
         return None
     now = ctx.clock.now()
     deadline = now + timedelta(seconds=ctx.agent(task.agent).limits.tool_deadline_s)
@@ -67,19 +68,19 @@ def _mark_unless_stopped(
 
 
 async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await _calls_of_turn(run, ctx)
     now = ctx.clock.now()
-    for call in calls:
-        if call.dispatch_state == "settled":
-            continue
+    open_calls = [c for c in calls if c.dispatch_state != "settled"]
+    for call in open_calls:
         if call.deadline_at is not None and call.deadline_at <= now:
             await _settle(task, ctx, call, "deadline", _deadline_result(call))
         elif call.dispatch_state == "started" and call.handle is not None:
             await _poll(task, ctx, call)
         elif call.dispatch_state == "dispatching":
             await _recover(task, ctx, [call])
-    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
-    open_calls = [c for c in calls if c.dispatch_state != "settled"]
+    if open_calls:  # some may have settled just now
+        calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+        open_calls = [c for c in calls if c.dispatch_state != "settled"]
     if not open_calls:
         return goto(run, "advance_turn")
     if all(c.name == CHILD_WAIT_TOOL and c.handle for c in open_calls):
@@ -89,23 +90,27 @@ async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
 
 
 async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+    calls = await _calls_of_turn(run, ctx)
     now = ctx.clock.now()
 
-    def write(session: Transaction) -> None:
-        for call in sorted(calls, key=lambda c: c.idx):
-            result = call.result or {}
-            payload = {
+    items = [
+        runs.NewItem(
+            tx.result_key(call.call_id),
+            "tool",
+            "tool_result",
+            {
                 "type": "tool_result",
                 "call_id": call.call_id,
-                "output": result.get("output", ""),
-                "is_error": bool(result.get("is_error")),
+                "output": (call.result or {}).get("output", ""),
+                "is_error": bool((call.result or {}).get("is_error")),
                 "outcome": call.outcome,
-            }
-            key = tx.result_key(call.call_id)
-            runs.add_transcript_item(
-                session, task.task_id, key, "tool", "tool_result", payload, now
-            )
+            },
+        )
+        for call in sorted(calls, key=lambda c: c.idx)
+    ]
+
+    def write(session: Transaction) -> None:
+        runs.add_transcript_items(session, task.task_id, items, now)
 
     if run.stop_requested:
         return goto(run, "report_stopped", writes=(write,))
@@ -114,6 +119,13 @@ async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition
         limited = limit_reached(run, "max_turns", limits.max_turns)
         return goto(run, "report_failure", state=limited.state, writes=(write,))
     return goto(run, "check_scheduler", turn=run.turn + 1, writes=(write,))
+
+
+async def _calls_of_turn(run: Run, ctx: ExecutorContext) -> Sequence[ToolCallRecord]:
+    """The turn's calls as the tick loaded them, or read now."""
+    if run.calls is not None:
+        return run.calls
+    return await ctx.db.read(lambda s: runs.calls_of_turn(s, run.task_id, run.turn))
 
 
 def _children_running(child_ids: list[str]) -> Any:

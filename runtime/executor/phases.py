@@ -6,6 +6,7 @@ task to completion. Tool dispatch, waiting and turn advance live in ``runtime.ex
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -69,23 +70,23 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     template = ctx.agent(task.agent).mailbox_template
     now = ctx.clock.now()
 
-    def write(session: Transaction) -> None:
-        for message in messages:
-            payload = {
+    items = [
+        runs.NewItem(
+            tx.mailbox_key(message.message_id),
+            "user",
+            "mailbox",
+            {
                 "type": "user_text",
                 "text": tx.render_mailbox(template, message),
                 "message_id": message.message_id,
                 "seq": message.seq,
-            }
-            runs.add_transcript_item(
-                session,
-                task.task_id,
-                tx.mailbox_key(message.message_id),
-                "user",
-                "mailbox",
-                payload,
-                now,
-            )
+            },
+        )
+        for message in messages
+    ]
+
+    def write(session: Transaction) -> None:
+        runs.add_transcript_items(session, task.task_id, items, now)
 
     return goto(run, "call_model", mailbox_position=messages[-1].seq, writes=(write,))
 
@@ -93,7 +94,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
 async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(agent)
-    entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await transcript_of(run, ctx)
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,
@@ -110,32 +111,35 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
         return goto(run, "report_failure", state=state)
     calls = response.tool_calls
     if calls:
-        used = await ctx.db.read(lambda s: runs.count_calls(s, task.task_id))
+        used = sum(1 for e in entries if e.kind == "tool_call")
         if used + len(calls) > agent.limits.max_tool_calls:
             return limit_reached(run, "max_tool_calls", agent.limits.max_tool_calls)
     now = ctx.clock.now()
 
+    items = []
+    for index, item in enumerate(response.items):
+        role, kind, payload = tx.item_payload(item)
+        key = (
+            tx.call_key(item.call_id)
+            if isinstance(item, ToolCallItem)
+            else tx.model_key(run.turn, index)
+        )
+        items.append(runs.NewItem(key, role, kind, payload))
+    new_calls = [
+        runs.NewCall(
+            call.call_id,
+            run.turn,
+            index,
+            call.name,
+            call.arguments,
+            tool.effect if (tool := tools.get(call.name)) else "read",
+        )
+        for index, call in enumerate(calls)
+    ]
+
     def write(session: Transaction) -> None:
-        for index, item in enumerate(response.items):
-            role, kind, payload = tx.item_payload(item)
-            key = (
-                tx.call_key(item.call_id)
-                if isinstance(item, ToolCallItem)
-                else tx.model_key(run.turn, index)
-            )
-            runs.add_transcript_item(session, task.task_id, key, role, kind, payload, now)
-        for index, call in enumerate(calls):
-            tool = tools.get(call.name)
-            runs.add_tool_call(
-                session,
-                task.task_id,
-                call.call_id,
-                turn=run.turn,
-                idx=index,
-                name=call.name,
-                args=call.arguments,
-                effect=tool.effect if tool else "read",
-            )
+        runs.add_transcript_items(session, task.task_id, items, now)
+        runs.add_tool_calls(session, task.task_id, new_calls)
         if calls:
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
@@ -143,6 +147,13 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     state = {k: v for k, v in run.state.items() if k != "model_retries"}
     next_phase = "dispatch_tools" if calls else "report_terminal"
     return goto(run, next_phase, state=state, writes=(write,))
+
+
+async def transcript_of(run: Run, ctx: ExecutorContext) -> Sequence[runs.TranscriptEntry]:
+    """The transcript as the tick loaded it, or read now."""
+    if run.transcript is not None:
+        return run.transcript
+    return await ctx.db.read(lambda s: runs.transcript(s, run.task_id))
 
 
 def _retry_model(run: Run, error: Retryable) -> Transition:
@@ -161,7 +172,7 @@ async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     if task.mailbox_seq > run.mailbox_position:
         # Input arrived after the last check: the answer did not see it, so ask again.
         return goto(run, "check_scheduler", turn=run.turn + 1)
-    entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await transcript_of(run, ctx)
     calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
     interrupted = [
         {"call_id": c.call_id, "name": c.name} for c in calls if c.outcome == "interrupted"

@@ -18,7 +18,6 @@ from typing import Literal
 from runtime.errors import StaleWrite
 from runtime.executor import dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.scheduler import Scheduler
 from runtime.store import runs
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
@@ -54,11 +53,22 @@ class TickResult:
 
 
 class Runner:
+    """Ticks runs. Between its own ticks of one lease it keeps the run in memory: the version
+    fence makes that copy authoritative (any other writer moves the version and our next
+    commit loses), and the task half is re-read inside each commit, so a tick needs no read
+    transaction of its own."""
+
     def __init__(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
+        self._held: dict[str, tuple[Run, Task]] = {}
+
+    def forget(self, lease: Lease) -> None:
+        self._held.pop(lease.lease_id, None)
 
     async def tick(self, lease: Lease) -> TickResult:
-        loaded = await self.ctx.db.read(lambda s: _load(self.ctx.scheduler, s, lease.task_id))
+        loaded = self._held.pop(lease.lease_id, None)
+        if loaded is None:
+            loaded = await self.ctx.db.read(lambda s: _load(s, lease.task_id))
         if loaded is None:
             return TickResult("lost", "missing")
         run, task = loaded
@@ -68,10 +78,14 @@ class Runner:
         transition = await self._run_phase(run, task)
         self.ctx.observe_phase(run.phase, time.monotonic() - started)
         try:
-            status = await self.ctx.db.run(lambda s: self._commit(s, run, lease, transition))
+            status, fresh = await self.ctx.db.run(
+                lambda s: self._commit(s, run, lease, transition)
+            )
         except StaleWrite:
             return TickResult("lost", run.phase)
         self.ctx.faults.hit(f"commit:{run.phase}")
+        if fresh is not None:
+            self._held[lease.lease_id] = fresh
         return TickResult(status, transition.phase)
 
     async def _run_phase(self, run: Run, task: Task) -> Transition:
@@ -99,7 +113,8 @@ class Runner:
 
     def _commit(
         self, session: Transaction, run: Run, lease: Lease, transition: Transition
-    ) -> Literal["continue", "released"]:
+    ) -> tuple[Literal["continue", "released"], tuple[Run, Task] | None]:
+        """Persist the transition; when this worker ticks on, also what its next tick reads."""
         now = self.ctx.clock.now()
         if transition.after == "wait":
             # Lock our task row first: a child reporting its result locks it too, so either
@@ -123,7 +138,7 @@ class Runner:
         scheduler = self.ctx.scheduler
         match after:
             case "continue":
-                return "continue"
+                return "continue", _with_reads(session, _advanced(run, transition))
             case "delay":
                 at = now + timedelta(seconds=transition.delay_s)
                 scheduler.release_in(session, lease, at)
@@ -133,14 +148,42 @@ class Runner:
                 scheduler.release_in(session, lease, None if parked else now)
             case "done":
                 scheduler.release_in(session, lease, None)
-        return "released"
+        return "released", None
 
 
-def _load(scheduler: Scheduler, session: Transaction, task_id: str) -> tuple[Run, Task] | None:
-    """One read: the run, its task, and whether a stop is recorded on it or an ancestor."""
-    run = runs.load_run(session, task_id)
-    row = q.get_task(session, task_id)
-    if run is None or row is None:
+def _advanced(run: Run, transition: Transition) -> Run:
+    """The run as the commit of ``transition`` left it."""
+    return Run(
+        run.task_id,
+        transition.phase,
+        transition.turn,
+        transition.mailbox_position,
+        transition.state,
+        run.version + 1,
+        run.lease_id,
+    )
+
+
+_NEEDS_CALLS = frozenset({"dispatch_tools", "await_tools", "advance_turn", "waiting"})
+_NEEDS_TRANSCRIPT = frozenset({"call_model", "report_terminal"})
+
+
+def _with_reads(session: Transaction, run: Run) -> tuple[Run, Task] | None:
+    """The run's task, and what the run's phase reads first: whether a stop is recorded on
+    the task or an ancestor, the turn's tool calls, the transcript. None if the task is gone.
+    """
+    task = q.read_task(session, run.task_id)
+    if task is None:
         return None
-    stop = scheduler.stop_requested_in(session, task_id)
-    return replace(run, stop_requested=stop), q.to_task(row)
+    calls = transcript = None
+    if run.phase in _NEEDS_CALLS:
+        calls = tuple(runs.calls_of_turn(session, run.task_id, run.turn))
+    if run.phase in _NEEDS_TRANSCRIPT:
+        transcript = tuple(runs.transcript(session, run.task_id))
+    stop = q.stop_recorded(session, task)
+    return replace(run, stop_requested=stop, calls=calls, transcript=transcript), task
+
+
+def _load(session: Transaction, task_id: str) -> tuple[Run, Task] | None:
+    run = runs.load_run(session, task_id)
+    return None if run is None else _with_reads(session, run)

@@ -1,8 +1,10 @@
 """Group commit for SQLite: writes that arrive together share one transaction and one fsync.
 
-Each piece of work runs in its own SAVEPOINT, so one that fails (a stale version, a unique
-violation) is rolled back alone and its caller gets its own exception; the others commit.
-A caller's result is released only after the shared COMMIT is durable.
+A batch runs optimistically in one transaction. If any piece of work fails (a stale version,
+a unique violation) the whole transaction is rolled back and each piece is run again in a
+transaction of its own, so the failure reaches only its own caller and the others commit.
+Failures are rare, and a savepoint around every piece would cost more than the rare retry.
+A caller's result is released only after the COMMIT holding its work is durable.
 """
 
 from __future__ import annotations
@@ -67,17 +69,33 @@ class GroupCommitter:
             yield item
 
     def _commit(self, batch: list[tuple[Work, Future[Any]]]) -> None:
-        outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
+        if len(batch) > 1:
+            try:
+                with self._transaction() as session:
+                    results = [_flushed(session, work(session)) for work, _ in batch]
+            except Exception:  # someone's work failed: give each piece its own transaction
+                pass
+            else:
+                for (_, done), result in zip(batch, results, strict=True):
+                    _settle(done, result, None)
+                return
+        for work, done in batch:
+            self._commit_alone(work, done)
+
+    def _commit_alone(self, work: Work, done: Future[Any]) -> None:
         try:
             with self._transaction() as session:
-                for work, done in batch:
-                    outcomes.append((done, *_in_savepoint(session, work)))
-        except Exception as e:  # the shared commit failed: nobody's work is durable
-            for _, done in batch:
-                _settle(done, None, e)
+                result = work(session)
+        except Exception as e:  # this caller's failure only
+            _settle(done, None, e)
             return
-        for done, result, error in outcomes:
-            _settle(done, result, error)
+        _settle(done, result, None)
+
+
+def _flushed(session: Session, result: Any) -> Any:
+    """Each piece's ORM changes reach the database before the next piece runs."""
+    session.flush()
+    return result
 
 
 def _settle(done: Future[Any], result: Any, error: BaseException | None) -> None:
@@ -91,14 +109,3 @@ def _settle(done: Future[Any], result: Any, error: BaseException | None) -> None
             done.set_result(result)
     except InvalidStateError:
         pass
-
-
-def _in_savepoint(session: Session, work: Work) -> tuple[Any, BaseException | None]:
-    savepoint = session.begin_nested()
-    try:
-        result = work(session)
-        savepoint.commit()
-    except Exception as e:  # this caller's failure only; the batch goes on
-        savepoint.rollback()
-        return None, e
-    return result, None

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy import CursorResult, Table, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -21,9 +21,11 @@ from runtime.evidence import EvidenceItem, Strength
 from runtime.store.models import (
     EvidenceRow,
     ExecutionRow,
+    Json,
     OutboxRow,
     ToolCallRow,
     TranscriptItemRow,
+    UtcDateTime,
 )
 
 
@@ -38,7 +40,12 @@ class Run:
     state: dict[str, Any]
     version: int
     lease_id: str | None
-    stop_requested: bool = False  # the task or an ancestor: read when the tick loaded the run
+    # Read when the tick loaded the run (None where the phase does not need them): whether a
+    # stop is recorded on the task or an ancestor, the current turn's tool calls, and the
+    # transcript.
+    stop_requested: bool = False
+    calls: tuple[ToolCallRecord, ...] | None = None
+    transcript: tuple[TranscriptEntry, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +85,110 @@ class EvidenceRecord:
     created_at: datetime
 
 
+# The executor's statements are built once, with bind parameters: building a statement per
+# call costs more than running it. Insert-once statements differ by dialect.
+_EXECUTIONS = cast(Table, ExecutionRow.__table__)
+_TRANSCRIPT = cast(Table, TranscriptItemRow.__table__)
+_CALLS = cast(Table, ToolCallRow.__table__)
+
+_LOAD_RUN = select(
+    _EXECUTIONS.c.task_id,
+    _EXECUTIONS.c.phase,
+    _EXECUTIONS.c.turn,
+    _EXECUTIONS.c.mailbox_position,
+    _EXECUTIONS.c.state,
+    _EXECUTIONS.c.version,
+    _EXECUTIONS.c.lease_id,
+).where(_EXECUTIONS.c.task_id == bindparam("b_task_id"))
+
+_ADVANCE = (
+    update(_EXECUTIONS)
+    .where(
+        _EXECUTIONS.c.task_id == bindparam("b_task_id"),
+        _EXECUTIONS.c.version == bindparam("b_version"),
+        _EXECUTIONS.c.lease_id == bindparam("b_lease_id"),
+    )
+    .values(
+        phase=bindparam("b_phase"),
+        turn=bindparam("b_turn"),
+        mailbox_position=bindparam("b_mailbox_position"),
+        state=bindparam("b_state", type_=Json),
+        version=bindparam("b_new_version"),
+        updated_at=bindparam("b_now", type_=UtcDateTime),
+    )
+)
+
+_TRANSCRIPT_OF = (
+    select(
+        _TRANSCRIPT.c.id,
+        _TRANSCRIPT.c.item_key,
+        _TRANSCRIPT.c.role,
+        _TRANSCRIPT.c.kind,
+        _TRANSCRIPT.c.payload,
+        _TRANSCRIPT.c.created_at,
+    )
+    .where(_TRANSCRIPT.c.task_id == bindparam("b_task_id"))
+    .order_by(_TRANSCRIPT.c.id)
+)
+
+_CALLS_OF_TASK = select(_CALLS).where(_CALLS.c.task_id == bindparam("b_task_id"))
+_CALLS_OF_TURN = _CALLS_OF_TASK.where(_CALLS.c.turn == bindparam("b_turn")).order_by(_CALLS.c.idx)
+_ALL_CALLS = _CALLS_OF_TASK.order_by(_CALLS.c.turn, _CALLS.c.idx)
+_COUNT_CALLS = (
+    select(func.count()).select_from(_CALLS).where(_CALLS.c.task_id == bindparam("b_task_id"))
+)
+
+_THIS_CALL = (
+    _CALLS.c.task_id == bindparam("b_task_id"),
+    _CALLS.c.call_id == bindparam("b_call_id"),
+)
+_MARK_DISPATCHING = (
+    update(_CALLS)
+    .where(*_THIS_CALL, _CALLS.c.dispatch_state == "pending")
+    .values(
+        dispatch_state="dispatching",
+        dispatched_at=bindparam("b_now", type_=UtcDateTime),
+        deadline_at=bindparam("b_deadline", type_=UtcDateTime),
+    )
+)
+_RECORD_HANDLE = (
+    update(_CALLS)
+    .where(*_THIS_CALL, _CALLS.c.dispatch_state.in_(["dispatching", "started"]))
+    .values(dispatch_state="started", handle=bindparam("b_handle"))
+)
+_SETTLE = (
+    update(_CALLS)
+    .where(*_THIS_CALL, _CALLS.c.dispatch_state != "settled")
+    .values(
+        dispatch_state="settled",
+        outcome=bindparam("b_outcome"),
+        result=bindparam("b_result", type_=Json),
+        settled_at=bindparam("b_now", type_=UtcDateTime),
+    )
+)
+_LATE_REPORT = update(_CALLS).where(*_THIS_CALL).values(late_reports=_CALLS.c.late_reports + 1)
+
+_INSERT_ONCE: dict[tuple[str, str], Any] = {}
+
+
+def _insert_ignore(
+    session: Session, model: Any, values: dict[str, Any] | list[dict[str, Any]], keys: list[str]
+) -> None:
+    """Insert unless a row with the same unique ``keys`` exists (the statement is cached)."""
+    dialect = session.get_bind().dialect.name
+    statement = _INSERT_ONCE.get((dialect, model.__tablename__))
+    if statement is None:
+        maker = pg_insert if dialect == "postgresql" else sqlite_insert
+        statement = maker(model.__table__).on_conflict_do_nothing(index_elements=keys)
+        _INSERT_ONCE[(dialect, model.__tablename__)] = statement
+    session.execute(statement, values)
+
+
 def load_run(session: Session, task_id: str) -> Run | None:
-    row = session.get(ExecutionRow, task_id)
+    row = session.execute(_LOAD_RUN, {"b_task_id": task_id}).first()
     if row is None:
         return None
-    return Run(
-        row.task_id,
-        row.phase,
-        row.turn,
-        row.mailbox_position,
-        dict(row.state),
-        row.version,
-        row.lease_id,
-    )
+    return Run(row[0], row[1], row[2], row[3], dict(row[4]), row[5], row[6])
 
 
 def commit_transition(
@@ -105,23 +203,18 @@ def commit_transition(
     now: datetime,
 ) -> int:
     """Advance the execution if nobody else has; returns the new version."""
-    statement = (
-        update(ExecutionRow)
-        .where(
-            ExecutionRow.task_id == run.task_id,
-            ExecutionRow.version == run.version,
-            ExecutionRow.lease_id == lease_id,
-        )
-        .values(
-            phase=phase,
-            turn=turn,
-            mailbox_position=mailbox_position,
-            state=state,
-            version=run.version + 1,
-            updated_at=now,
-        )
-    )
-    if _rowcount(session.execute(statement)) != 1:
+    params = {
+        "b_task_id": run.task_id,
+        "b_version": run.version,
+        "b_lease_id": lease_id,
+        "b_phase": phase,
+        "b_turn": turn,
+        "b_mailbox_position": mailbox_position,
+        "b_state": state,
+        "b_new_version": run.version + 1,
+        "b_now": now,
+    }
+    if _rowcount(session.execute(_ADVANCE, params)) != 1:
         raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
     return run.version + 1
 
@@ -131,11 +224,34 @@ def _rowcount(result: Any) -> int:
     return result.rowcount
 
 
-def _insert_ignore(session: Session, model: Any, values: dict[str, Any], keys: list[str]) -> None:
-    dialect = session.get_bind().dialect.name
-    maker = pg_insert if dialect == "postgresql" else sqlite_insert
-    statement = maker(model).values(**values).on_conflict_do_nothing(index_elements=keys)
-    session.execute(statement)
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    """A transcript item to insert; ``item_key`` is its deterministic id within the task."""
+
+    item_key: str
+    role: str
+    kind: str
+    payload: dict[str, Any]
+
+
+def add_transcript_items(
+    session: Session, task_id: str, items: Sequence[NewItem], now: datetime
+) -> None:
+    """Insert each once: a second insert of the same deterministic key is a no-op."""
+    if not items:
+        return
+    rows = [
+        dict(
+            task_id=task_id,
+            item_key=i.item_key,
+            role=i.role,
+            kind=i.kind,
+            payload=i.payload,
+            created_at=now,
+        )
+        for i in items
+    ]
+    _insert_ignore(session, TranscriptItemRow, rows, ["task_id", "item_key"])
 
 
 def add_transcript_item(
@@ -147,31 +263,15 @@ def add_transcript_item(
     payload: dict[str, Any],
     now: datetime,
 ) -> None:
-    """Insert once: a second insert of the same deterministic key is a no-op."""
-    values = dict(
-        task_id=task_id,
-        item_key=item_key,
-        role=role,
-        kind=kind,
-        payload=payload,
-        created_at=now,
-    )
-    _insert_ignore(session, TranscriptItemRow, values, ["task_id", "item_key"])
+    add_transcript_items(session, task_id, [NewItem(item_key, role, kind, payload)], now)
 
 
 def transcript(session: Session, task_id: str) -> list[TranscriptEntry]:
-    query = (
-        select(TranscriptItemRow)
-        .where(TranscriptItemRow.task_id == task_id)
-        .order_by(TranscriptItemRow.item_seq)
-    )
-    return [
-        TranscriptEntry(r.item_seq, r.item_key, r.role, r.kind, r.payload, r.created_at)
-        for r in session.scalars(query)
-    ]
+    rows = session.execute(_TRANSCRIPT_OF, {"b_task_id": task_id})
+    return [TranscriptEntry(*r) for r in rows]
 
 
-def _to_call(row: ToolCallRow) -> ToolCallRecord:
+def _to_call(row: Any) -> ToolCallRecord:
     return ToolCallRecord(
         row.task_id,
         row.call_id,
@@ -191,6 +291,37 @@ def _to_call(row: ToolCallRow) -> ToolCallRecord:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    call_id: str
+    turn: int
+    idx: int
+    name: str
+    args: dict[str, Any]
+    effect: str
+
+
+def add_tool_calls(session: Session, task_id: str, calls: Sequence[NewCall]) -> None:
+    """Record calls as ``pending``; a call id already recorded is left as it is."""
+    if not calls:
+        return
+    rows = [
+        dict(
+            task_id=task_id,
+            call_id=c.call_id,
+            turn=c.turn,
+            idx=c.idx,
+            name=c.name,
+            args=c.args,
+            effect=c.effect,
+            dispatch_state="pending",
+            late_reports=0,
+        )
+        for c in calls
+    ]
+    _insert_ignore(session, ToolCallRow, rows, ["task_id", "call_id"])
+
+
 def add_tool_call(
     session: Session,
     task_id: str,
@@ -202,41 +333,21 @@ def add_tool_call(
     args: dict[str, Any],
     effect: str,
 ) -> None:
-    values = dict(
-        task_id=task_id,
-        call_id=call_id,
-        turn=turn,
-        idx=idx,
-        name=name,
-        args=args,
-        effect=effect,
-        dispatch_state="pending",
-        late_reports=0,
-    )
-    _insert_ignore(session, ToolCallRow, values, ["task_id", "call_id"])
+    add_tool_calls(session, task_id, [NewCall(call_id, turn, idx, name, args, effect)])
 
 
 def calls_of_turn(session: Session, task_id: str, turn: int) -> list[ToolCallRecord]:
-    query = (
-        select(ToolCallRow)
-        .where(ToolCallRow.task_id == task_id, ToolCallRow.turn == turn)
-        .order_by(ToolCallRow.idx)
-    )
-    return [_to_call(r) for r in session.scalars(query)]
+    rows = session.execute(_CALLS_OF_TURN, {"b_task_id": task_id, "b_turn": turn})
+    return [_to_call(r) for r in rows]
 
 
 def all_calls(session: Session, task_id: str) -> list[ToolCallRecord]:
-    query = (
-        select(ToolCallRow)
-        .where(ToolCallRow.task_id == task_id)
-        .order_by(ToolCallRow.turn, ToolCallRow.idx)
-    )
-    return [_to_call(r) for r in session.scalars(query)]
+    return [_to_call(r) for r in session.execute(_ALL_CALLS, {"b_task_id": task_id})]
 
 
 def count_calls(session: Session, task_id: str) -> int:
-    query = select(func.count()).select_from(ToolCallRow).where(ToolCallRow.task_id == task_id)
-    return session.execute(query).scalar_one()
+    count: int = session.execute(_COUNT_CALLS, {"b_task_id": task_id}).scalar_one()
+    return count
 
 
 def mark_dispatching(
@@ -246,28 +357,18 @@ def mark_dispatching(
     deadlines: dict[str, datetime],
     now: datetime,
 ) -> None:
-    for call_id in call_ids:
-        session.execute(
-            update(ToolCallRow)
-            .where(
-                ToolCallRow.task_id == task_id,
-                ToolCallRow.call_id == call_id,
-                ToolCallRow.dispatch_state == "pending",
-            )
-            .values(dispatch_state="dispatching", dispatched_at=now, deadline_at=deadlines[call_id])
-        )
+    if not call_ids:
+        return
+    params = [
+        {"b_task_id": task_id, "b_call_id": c, "b_now": now, "b_deadline": deadlines[c]}
+        for c in call_ids
+    ]
+    session.execute(_MARK_DISPATCHING, params)
 
 
 def record_handle(session: Session, task_id: str, call_id: str, handle: str) -> None:
-    session.execute(
-        update(ToolCallRow)
-        .where(
-            ToolCallRow.task_id == task_id,
-            ToolCallRow.call_id == call_id,
-            ToolCallRow.dispatch_state.in_(["dispatching", "started"]),
-        )
-        .values(dispatch_state="started", handle=handle)
-    )
+    params = {"b_task_id": task_id, "b_call_id": call_id, "b_handle": handle}
+    session.execute(_RECORD_HANDLE, params)
 
 
 def settle(
@@ -280,24 +381,11 @@ def settle(
     now: datetime,
 ) -> bool:
     """First settled result wins; a later report only bumps ``late_reports``."""
-    won = _rowcount(
-        session.execute(
-            update(ToolCallRow)
-            .where(
-                ToolCallRow.task_id == task_id,
-                ToolCallRow.call_id == call_id,
-                ToolCallRow.dispatch_state != "settled",
-            )
-            .values(dispatch_state="settled", outcome=outcome, result=result, settled_at=now)
-        )
-    )
-    if won:
+    this = {"b_task_id": task_id, "b_call_id": call_id}
+    params = {**this, "b_outcome": outcome, "b_result": result, "b_now": now}
+    if _rowcount(session.execute(_SETTLE, params)):
         return True
-    session.execute(
-        update(ToolCallRow)
-        .where(ToolCallRow.task_id == task_id, ToolCallRow.call_id == call_id)
-        .values(late_reports=ToolCallRow.late_reports + 1)
-    )
+    session.execute(_LATE_REPORT, this)
     return False
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from runtime.ids import MessageId, TaskId, new_message_id, new_token
@@ -71,6 +71,57 @@ def to_message(row: MailboxMessageRow) -> MailboxMessage:
         author=row.author,
         created_at=row.created_at,
     )
+
+
+_TASKS = cast(Table, TaskRow.__table__)
+_READ_TASK = select(_TASKS).where(_TASKS.c.id == bindparam("b_task_id"))
+_LOCK_TASK = _READ_TASK.with_for_update()
+
+
+def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | None:
+    """The task as a record, read without the ORM: the executor reads it on every tick.
+
+    Unflushed ORM changes of this transaction are flushed first, so it sees what
+    ``get_task`` would. ``lock`` takes the row lock ``lock_task`` takes.
+    """
+    session.flush()
+    statement = _LOCK_TASK if lock else _READ_TASK
+    row = session.execute(statement, {"b_task_id": task_id}).first()
+    if row is None:
+        return None
+    c = row._mapping
+    return Task(
+        task_id=TaskId(c["id"]),
+        root_id=TaskId(c["root_id"]),
+        parent_id=TaskId(c["parent_id"]) if c["parent_id"] else None,
+        child_key=c["child_key"],
+        depth=c["depth"],
+        agent=c["agent"],
+        status=TaskStatus(c["status"]),
+        message=c["message"],
+        origin_thread_ref=c["origin_thread_ref"],
+        objective_key=c["objective_key"],
+        repo=c["repo"],
+        follows_task_id=TaskId(c["follows_task_id"]) if c["follows_task_id"] else None,
+        requested_by=c["requested_by"],
+        result=c["result"],
+        mailbox_seq=c["mailbox_seq"],
+        cancel_requested_at=c["cancel_requested_at"],
+        deadline_at=c["deadline_at"],
+        created_at=c["created_at"],
+        status_changed_at=c["status_changed_at"],
+        finished_at=c["finished_at"],
+    )
+
+
+def stop_recorded(session: Session, task: Task) -> bool:
+    """A stop is recorded on the task or an ancestor, or one of them is already terminal."""
+    current: Task | None = task
+    while current is not None:
+        if current.cancel_requested_at is not None or current.status.is_terminal:
+            return True
+        current = read_task(session, current.parent_id) if current.parent_id else None
+    return False
 
 
 def lock_task(session: Session, task_id: str) -> TaskRow | None:
@@ -286,16 +337,6 @@ def active_descendants(session: Session, task: TaskRow) -> list[TaskRow]:
         found.extend(children)
         frontier = [c.task_id for c in children]
     return found
-
-
-def ancestry(session: Session, task_id: str) -> list[TaskRow]:
-    """The task and its ancestors, nearest first."""
-    chain: list[TaskRow] = []
-    current = session.get(TaskRow, task_id)
-    while current is not None:
-        chain.append(current)
-        current = session.get(TaskRow, current.parent_id) if current.parent_id else None
-    return chain
 
 
 def active_by_objective(session: Session, objective_key: str) -> Sequence[TaskRow]:

@@ -152,7 +152,16 @@ class Scheduler:
         return Claimed(q.to_task(task), lease)
 
     async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
-        """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``)."""
+        """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``).
+
+        On SQLite an idle worker first looks without the write lock, so polling for work
+        does not queue behind (or delay) the writers that are doing some.
+        """
+        if not self.db.is_postgres:
+            now = self.clock.now()
+            ready = await self.db.read(lambda s: q.next_ready_tokens(s, now, 1, False))
+            if not ready:
+                return NoMatch("nothing ready")
         return await self.db.run(lambda s: self._claim_next(s, worker, scan))
 
     def _claim_next(self, session: Transaction, worker: str, scan: int) -> Claimed | NoMatch:

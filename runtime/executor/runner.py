@@ -22,7 +22,7 @@ from runtime.store import runs
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.records import Lease, Task
-from runtime.store.runs import Run
+from runtime.store.runs import Run, TranscriptEntry
 
 log = logging.getLogger(__name__)
 
@@ -52,34 +52,44 @@ class TickResult:
     phase: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What a lease holder keeps between its own ticks."""
+
+    run: Run
+    task: Task
+    transcript: tuple[TranscriptEntry, ...] = ()  # as last read; later items are read on top
+
+
 class Runner:
     """Ticks runs. Between its own ticks of one lease it keeps the run in memory: the version
     fence makes that copy authoritative (any other writer moves the version and our next
-    commit loses), and the task half is re-read inside each commit, so a tick needs no read
+    commit loses), and what others may change (the task's status, mailbox and stop; the
+    turn's calls; new transcript items) is read inside each commit, so a tick needs no read
     transaction of its own."""
 
     def __init__(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
-        self._held: dict[str, tuple[Run, Task]] = {}
+        self._held: dict[str, _Held] = {}
 
     def forget(self, lease: Lease) -> None:
         self._held.pop(lease.lease_id, None)
 
     async def tick(self, lease: Lease) -> TickResult:
-        loaded = self._held.pop(lease.lease_id, None)
-        if loaded is None:
-            loaded = await self.ctx.db.read(lambda s: _load(s, lease.task_id))
-        if loaded is None:
+        held = self._held.pop(lease.lease_id, None)
+        if held is None:
+            held = await self.ctx.db.read(lambda s: _load(s, lease.task_id))
+        if held is None:
             return TickResult("lost", "missing")
-        run, task = loaded
+        run = held.run
         if run.lease_id != lease.lease_id:
             return TickResult("lost", run.phase)
         started = time.monotonic()
-        transition = await self._run_phase(run, task)
+        transition = await self._run_phase(run, held.task)
         self.ctx.observe_phase(run.phase, time.monotonic() - started)
         try:
             status, fresh = await self.ctx.db.run(
-                lambda s: self._commit(s, run, lease, transition)
+                lambda s: self._commit(s, held, lease, transition)
             )
         except StaleWrite:
             return TickResult("lost", run.phase)
@@ -112,9 +122,10 @@ class Runner:
             return phases.goto(run, "report_failure", state={**run.state, "error": error})
 
     def _commit(
-        self, session: Transaction, run: Run, lease: Lease, transition: Transition
-    ) -> tuple[Literal["continue", "released"], tuple[Run, Task] | None]:
+        self, session: Transaction, held: _Held, lease: Lease, transition: Transition
+    ) -> tuple[Literal["continue", "released"], _Held | None]:
         """Persist the transition; when this worker ticks on, also what its next tick reads."""
+        run = held.run
         now = self.ctx.clock.now()
         if transition.after == "wait":
             # Lock our task row first: a child reporting its result locks it too, so either
@@ -138,7 +149,7 @@ class Runner:
         scheduler = self.ctx.scheduler
         match after:
             case "continue":
-                return "continue", _with_reads(session, _advanced(run, transition))
+                return "continue", _with_reads(session, _advanced(run, transition), held)
             case "delay":
                 at = now + timedelta(seconds=transition.delay_s)
                 scheduler.release_in(session, lease, at)
@@ -168,22 +179,25 @@ _NEEDS_CALLS = frozenset({"dispatch_tools", "await_tools", "advance_turn", "wait
 _NEEDS_TRANSCRIPT = frozenset({"call_model", "report_terminal"})
 
 
-def _with_reads(session: Transaction, run: Run) -> tuple[Run, Task] | None:
+def _with_reads(session: Transaction, run: Run, held: _Held | None = None) -> _Held | None:
     """The run's task, and what the run's phase reads first: whether a stop is recorded on
     the task or an ancestor, the turn's tool calls, the transcript. None if the task is gone.
     """
-    task = q.read_task(session, run.task_id)
+    task = q.refresh_task(session, held.task) if held else q.read_task(session, run.task_id)
     if task is None:
         return None
+    known = held.transcript if held else ()
     calls = transcript = None
     if run.phase in _NEEDS_CALLS:
         calls = tuple(runs.calls_of_turn(session, run.task_id, run.turn))
     if run.phase in _NEEDS_TRANSCRIPT:
-        transcript = tuple(runs.transcript(session, run.task_id))
+        after = known[-1].seq if known else 0
+        known = transcript = known + tuple(runs.transcript(session, run.task_id, after=after))
     stop = q.stop_recorded(session, task)
-    return replace(run, stop_requested=stop, calls=calls, transcript=transcript), task
+    run = replace(run, stop_requested=stop, calls=calls, transcript=transcript)
+    return _Held(run, task, known)
 
 
-def _load(session: Transaction, task_id: str) -> tuple[Run, Task] | None:
+def _load(session: Transaction, task_id: str) -> _Held | None:
     run = runs.load_run(session, task_id)
     return None if run is None else _with_reads(session, run)

@@ -127,7 +127,7 @@ _TRANSCRIPT_OF = (
         _TRANSCRIPT.c.payload,
         _TRANSCRIPT.c.created_at,
     )
-    .where(_TRANSCRIPT.c.task_id == bindparam("b_task_id"))
+    .where(_TRANSCRIPT.c.task_id == bindparam("b_task_id"), _TRANSCRIPT.c.id > bindparam("b_after"))
     .order_by(_TRANSCRIPT.c.id)
 )
 
@@ -181,11 +181,11 @@ def _insert_ignore(
         maker = pg_insert if dialect == "postgresql" else sqlite_insert
         statement = maker(model.__table__).on_conflict_do_nothing(index_elements=keys)
         _INSERT_ONCE[(dialect, model.__tablename__)] = statement
-    session.execute(statement, values)
+    session.connection().execute(statement, values)
 
 
 def load_run(session: Session, task_id: str) -> Run | None:
-    row = session.execute(_LOAD_RUN, {"b_task_id": task_id}).first()
+    row = session.connection().execute(_LOAD_RUN, {"b_task_id": task_id}).first()
     if row is None:
         return None
     return Run(row[0], row[1], row[2], row[3], dict(row[4]), row[5], row[6])
@@ -214,7 +214,7 @@ def commit_transition(
         "b_new_version": run.version + 1,
         "b_now": now,
     }
-    if _rowcount(session.execute(_ADVANCE, params)) != 1:
+    if _rowcount(session.connection().execute(_ADVANCE, params)) != 1:
         raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
     return run.version + 1
 
@@ -266,8 +266,9 @@ def add_transcript_item(
     add_transcript_items(session, task_id, [NewItem(item_key, role, kind, payload)], now)
 
 
-def transcript(session: Session, task_id: str) -> list[TranscriptEntry]:
-    rows = session.execute(_TRANSCRIPT_OF, {"b_task_id": task_id})
+def transcript(session: Session, task_id: str, *, after: int = 0) -> list[TranscriptEntry]:
+    """The task's transcript in order; with ``after``, only the items after that ``seq``."""
+    rows = session.connection().execute(_TRANSCRIPT_OF, {"b_task_id": task_id, "b_after": after})
     return [TranscriptEntry(*r) for r in rows]
 
 
@@ -337,16 +338,16 @@ def add_tool_call(
 
 
 def calls_of_turn(session: Session, task_id: str, turn: int) -> list[ToolCallRecord]:
-    rows = session.execute(_CALLS_OF_TURN, {"b_task_id": task_id, "b_turn": turn})
+    rows = session.connection().execute(_CALLS_OF_TURN, {"b_task_id": task_id, "b_turn": turn})
     return [_to_call(r) for r in rows]
 
 
 def all_calls(session: Session, task_id: str) -> list[ToolCallRecord]:
-    return [_to_call(r) for r in session.execute(_ALL_CALLS, {"b_task_id": task_id})]
+    return [_to_call(r) for r in session.connection().execute(_ALL_CALLS, {"b_task_id": task_id})]
 
 
 def count_calls(session: Session, task_id: str) -> int:
-    count: int = session.execute(_COUNT_CALLS, {"b_task_id": task_id}).scalar_one()
+    count: int = session.connection().execute(_COUNT_CALLS, {"b_task_id": task_id}).scalar_one()
     return count
 
 
@@ -363,12 +364,12 @@ def mark_dispatching(
         {"b_task_id": task_id, "b_call_id": c, "b_now": now, "b_deadline": deadlines[c]}
         for c in call_ids
     ]
-    session.execute(_MARK_DISPATCHING, params)
+    session.connection().execute(_MARK_DISPATCHING, params)
 
 
 def record_handle(session: Session, task_id: str, call_id: str, handle: str) -> None:
     params = {"b_task_id": task_id, "b_call_id": call_id, "b_handle": handle}
-    session.execute(_RECORD_HANDLE, params)
+    session.connection().execute(_RECORD_HANDLE, params)
 
 
 def settle(
@@ -383,9 +384,9 @@ def settle(
     """First settled result wins; a later report only bumps ``late_reports``."""
     this = {"b_task_id": task_id, "b_call_id": call_id}
     params = {**this, "b_outcome": outcome, "b_result": result, "b_now": now}
-    if _rowcount(session.execute(_SETTLE, params)):
+    if _rowcount(session.connection().execute(_SETTLE, params)):
         return True
-    session.execute(_LATE_REPORT, this)
+    session.connection().execute(_LATE_REPORT, this)
     return False
 
 

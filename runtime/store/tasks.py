@@ -8,6 +8,7 @@ serialises writers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -86,7 +87,7 @@ def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | N
     """
     session.flush()
     statement = _LOCK_TASK if lock else _READ_TASK
-    row = session.execute(statement, {"b_task_id": task_id}).first()
+    row = session.connection().execute(statement, {"b_task_id": task_id}).first()
     if row is None:
         return None
     c = row._mapping
@@ -111,6 +112,34 @@ def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | N
         created_at=c["created_at"],
         status_changed_at=c["status_changed_at"],
         finished_at=c["finished_at"],
+    )
+
+
+_TASK_CHANGES = select(
+    _TASKS.c.status,
+    _TASKS.c.result,
+    _TASKS.c.mailbox_seq,
+    _TASKS.c.cancel_requested_at,
+    _TASKS.c.status_changed_at,
+    _TASKS.c.finished_at,
+).where(_TASKS.c.id == bindparam("b_task_id"))
+
+
+def refresh_task(session: Session, task: Task) -> Task | None:
+    """``task`` with what others may have changed since it was read: status, result, mailbox
+    sequence and stop. None if the task is gone."""
+    session.flush()
+    row = session.connection().execute(_TASK_CHANGES, {"b_task_id": task.task_id}).first()
+    if row is None:
+        return None
+    return replace(
+        task,
+        status=TaskStatus(row[0]),
+        result=row[1],
+        mailbox_seq=row[2],
+        cancel_requested_at=row[3],
+        status_changed_at=row[4],
+        finished_at=row[5],
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -27,6 +27,7 @@ from runtime.store.models import (
     TranscriptItemRow,
     UtcDateTime,
 )
+from runtime.store.prepared import Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,7 @@ _EXECUTIONS = cast(Table, ExecutionRow.__table__)
 _TRANSCRIPT = cast(Table, TranscriptItemRow.__table__)
 _CALLS = cast(Table, ToolCallRow.__table__)
 
-_LOAD_RUN = select(
+_LOAD_RUN = Prepared(select(
     _EXECUTIONS.c.task_id,
     _EXECUTIONS.c.phase,
     _EXECUTIONS.c.turn,
@@ -99,9 +100,9 @@ _LOAD_RUN = select(
     _EXECUTIONS.c.state,
     _EXECUTIONS.c.version,
     _EXECUTIONS.c.lease_id,
-).where(_EXECUTIONS.c.task_id == bindparam("b_task_id"))
+).where(_EXECUTIONS.c.task_id == bindparam("b_task_id")))
 
-_ADVANCE = (
+_ADVANCE = Prepared(
     update(_EXECUTIONS)
     .where(
         _EXECUTIONS.c.task_id == bindparam("b_task_id"),
@@ -118,7 +119,7 @@ _ADVANCE = (
     )
 )
 
-_TRANSCRIPT_OF = (
+_TRANSCRIPT_OF = Prepared(
     select(
         _TRANSCRIPT.c.id,
         _TRANSCRIPT.c.item_key,
@@ -131,18 +132,51 @@ _TRANSCRIPT_OF = (
     .order_by(_TRANSCRIPT.c.id)
 )
 
-_CALLS_OF_TASK = select(_CALLS).where(_CALLS.c.task_id == bindparam("b_task_id"))
-_CALLS_OF_TURN = _CALLS_OF_TASK.where(_CALLS.c.turn == bindparam("b_turn")).order_by(_CALLS.c.idx)
-_ALL_CALLS = _CALLS_OF_TASK.order_by(_CALLS.c.turn, _CALLS.c.idx)
-_COUNT_CALLS = (
-    select(func.count()).select_from(_CALLS).where(_CALLS.c.task_id == bindparam("b_task_id"))
+_CALL_COLUMNS = [
+    _CALLS.c[name]
+    for name in (
+        "task_id", "call_id", "turn", "idx", "name", "args", "effect", "dispatch_state",
+        "handle", "deadline_at", "outcome", "result", "dispatched_at", "settled_at",
+        "late_reports",
+    )
+]
+_CALLS_OF_TASK = select(*_CALL_COLUMNS).where(_CALLS.c.task_id == bindparam("b_task_id"))
+_CALLS_OF_TURN = Prepared(
+    _CALLS_OF_TASK.where(_CALLS.c.turn == bindparam("b_turn")).order_by(_CALLS.c.idx)
+)
+_ALL_CALLS = Prepared(_CALLS_OF_TASK.order_by(_CALLS.c.turn, _CALLS.c.idx))
+
+def _insert_ignoring(table: Table, columns: Sequence[str], keys: Sequence[str]) -> Prepared:
+    """An insert of ``columns`` (parameters ``v_<column>``) that leaves an existing row with the
+    same unique ``keys`` as it is."""
+
+    def make(dialect: str) -> Any:
+        maker = pg_insert if dialect == "postgresql" else sqlite_insert
+        values = {c: bindparam(f"v_{c}", type_=table.c[c].type) for c in columns}
+        return maker(table).values(values).on_conflict_do_nothing(index_elements=list(keys))
+
+    return Prepared(per_dialect=make)
+
+
+_ADD_ITEMS = _insert_ignoring(
+    _TRANSCRIPT,
+    ["task_id", "item_key", "role", "kind", "payload", "created_at"],
+    ["task_id", "item_key"],
+)
+_ADD_CALLS = _insert_ignoring(
+    _CALLS,
+    [
+        "task_id", "call_id", "turn", "idx", "name", "args", "effect", "dispatch_state",
+        "late_reports",
+    ],
+    ["task_id", "call_id"],
 )
 
 _THIS_CALL = (
     _CALLS.c.task_id == bindparam("b_task_id"),
     _CALLS.c.call_id == bindparam("b_call_id"),
 )
-_MARK_DISPATCHING = (
+_MARK_DISPATCHING = Prepared(
     update(_CALLS)
     .where(*_THIS_CALL, _CALLS.c.dispatch_state == "pending")
     .values(
@@ -156,7 +190,7 @@ _RECORD_HANDLE = (
     .where(*_THIS_CALL, _CALLS.c.dispatch_state.in_(["dispatching", "started"]))
     .values(dispatch_state="started", handle=bindparam("b_handle"))
 )
-_SETTLE = (
+_SETTLE = Prepared(
     update(_CALLS)
     .where(*_THIS_CALL, _CALLS.c.dispatch_state != "settled")
     .values(
@@ -166,7 +200,9 @@ _SETTLE = (
         settled_at=bindparam("b_now", type_=UtcDateTime),
     )
 )
-_LATE_REPORT = update(_CALLS).where(*_THIS_CALL).values(late_reports=_CALLS.c.late_reports + 1)
+_LATE_REPORT = Prepared(
+    update(_CALLS).where(*_THIS_CALL).values(late_reports=_CALLS.c.late_reports + 1)
+)
 
 _INSERT_ONCE: dict[tuple[str, str], Any] = {}
 
@@ -185,7 +221,7 @@ def _insert_ignore(
 
 
 def load_run(session: Session, task_id: str) -> Run | None:
-    row = session.connection().execute(_LOAD_RUN, {"b_task_id": task_id}).first()
+    row = _LOAD_RUN.first(session, {"b_task_id": task_id})
     if row is None:
         return None
     return Run(row[0], row[1], row[2], row[3], dict(row[4]), row[5], row[6])
@@ -214,14 +250,9 @@ def commit_transition(
         "b_new_version": run.version + 1,
         "b_now": now,
     }
-    if _rowcount(session.connection().execute(_ADVANCE, params)) != 1:
+    if _ADVANCE.execute(session, params).rowcount != 1:
         raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
     return run.version + 1
-
-
-def _rowcount(result: Any) -> int:
-    assert isinstance(result, CursorResult)
-    return result.rowcount
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,17 +272,17 @@ def add_transcript_items(
     if not items:
         return
     rows = [
-        dict(
-            task_id=task_id,
-            item_key=i.item_key,
-            role=i.role,
-            kind=i.kind,
-            payload=i.payload,
-            created_at=now,
-        )
+        {
+            "v_task_id": task_id,
+            "v_item_key": i.item_key,
+            "v_role": i.role,
+            "v_kind": i.kind,
+            "v_payload": i.payload,
+            "v_created_at": now,
+        }
         for i in items
     ]
-    _insert_ignore(session, TranscriptItemRow, rows, ["task_id", "item_key"])
+    _ADD_ITEMS.execute_many(session, rows)
 
 
 def add_transcript_item(
@@ -268,28 +299,13 @@ def add_transcript_item(
 
 def transcript(session: Session, task_id: str, *, after: int = 0) -> list[TranscriptEntry]:
     """The task's transcript in order; with ``after``, only the items after that ``seq``."""
-    rows = session.connection().execute(_TRANSCRIPT_OF, {"b_task_id": task_id, "b_after": after})
+    rows = _TRANSCRIPT_OF.rows(session, {"b_task_id": task_id, "b_after": after})
     return [TranscriptEntry(*r) for r in rows]
 
 
-def _to_call(row: Any) -> ToolCallRecord:
-    return ToolCallRecord(
-        row.task_id,
-        row.call_id,
-        row.turn,
-        row.idx,
-        row.name,
-        row.args,
-        row.effect,
-        row.dispatch_state,
-        row.handle,
-        row.deadline_at,
-        row.outcome,
-        row.result,
-        row.dispatched_at,
-        row.settled_at,
-        row.late_reports,
-    )
+def _to_call(row: Sequence[Any]) -> ToolCallRecord:
+    """A row of ``_CALL_COLUMNS``, which are in ``ToolCallRecord``'s order."""
+    return ToolCallRecord(*row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,20 +323,20 @@ def add_tool_calls(session: Session, task_id: str, calls: Sequence[NewCall]) -> 
     if not calls:
         return
     rows = [
-        dict(
-            task_id=task_id,
-            call_id=c.call_id,
-            turn=c.turn,
-            idx=c.idx,
-            name=c.name,
-            args=c.args,
-            effect=c.effect,
-            dispatch_state="pending",
-            late_reports=0,
-        )
+        {
+            "v_task_id": task_id,
+            "v_call_id": c.call_id,
+            "v_turn": c.turn,
+            "v_idx": c.idx,
+            "v_name": c.name,
+            "v_args": c.args,
+            "v_effect": c.effect,
+            "v_dispatch_state": "pending",
+            "v_late_reports": 0,
+        }
         for c in calls
     ]
-    _insert_ignore(session, ToolCallRow, rows, ["task_id", "call_id"])
+    _ADD_CALLS.execute_many(session, rows)
 
 
 def add_tool_call(
@@ -338,17 +354,12 @@ def add_tool_call(
 
 
 def calls_of_turn(session: Session, task_id: str, turn: int) -> list[ToolCallRecord]:
-    rows = session.connection().execute(_CALLS_OF_TURN, {"b_task_id": task_id, "b_turn": turn})
+    rows = _CALLS_OF_TURN.rows(session, {"b_task_id": task_id, "b_turn": turn})
     return [_to_call(r) for r in rows]
 
 
 def all_calls(session: Session, task_id: str) -> list[ToolCallRecord]:
-    return [_to_call(r) for r in session.connection().execute(_ALL_CALLS, {"b_task_id": task_id})]
-
-
-def count_calls(session: Session, task_id: str) -> int:
-    count: int = session.connection().execute(_COUNT_CALLS, {"b_task_id": task_id}).scalar_one()
-    return count
+    return [_to_call(r) for r in _ALL_CALLS.rows(session, {"b_task_id": task_id})]
 
 
 def mark_dispatching(
@@ -364,7 +375,7 @@ def mark_dispatching(
         {"b_task_id": task_id, "b_call_id": c, "b_now": now, "b_deadline": deadlines[c]}
         for c in call_ids
     ]
-    session.connection().execute(_MARK_DISPATCHING, params)
+    _MARK_DISPATCHING.execute_many(session, params)
 
 
 def record_handle(session: Session, task_id: str, call_id: str, handle: str) -> None:
@@ -384,9 +395,9 @@ def settle(
     """First settled result wins; a later report only bumps ``late_reports``."""
     this = {"b_task_id": task_id, "b_call_id": call_id}
     params = {**this, "b_outcome": outcome, "b_result": result, "b_now": now}
-    if _rowcount(session.connection().execute(_SETTLE, params)):
+    if _SETTLE.execute(session, params).rowcount:
         return True
-    session.connection().execute(_LATE_REPORT, this)
+    _LATE_REPORT.execute(session, this)
     return False
 
 

@@ -23,6 +23,7 @@ from runtime.store.models import (
     TaskRow,
     TaskStatusChangeRow,
 )
+from runtime.store.prepared import Prepared
 from runtime.store.records import (
     TERMINAL,
     Lease,
@@ -75,8 +76,19 @@ def to_message(row: MailboxMessageRow) -> MailboxMessage:
 
 
 _TASKS = cast(Table, TaskRow.__table__)
-_READ_TASK = select(_TASKS).where(_TASKS.c.id == bindparam("b_task_id"))
-_LOCK_TASK = _READ_TASK.with_for_update()
+# Task's fields in order, each with its column (``task_id`` is the column ``id``).
+_TASK_FIELDS = (
+    "task_id", "root_id", "parent_id", "child_key", "depth", "agent", "status", "message",
+    "origin_thread_ref", "objective_key", "repo", "follows_task_id", "requested_by", "result",
+    "mailbox_seq", "cancel_requested_at", "deadline_at", "created_at", "status_changed_at",
+    "finished_at",
+)
+_TASK_SELECT = select(*(_TASKS.c["id" if f == "task_id" else f] for f in _TASK_FIELDS)).where(
+    _TASKS.c.id == bindparam("b_task_id")
+)
+_STATUS = _TASK_FIELDS.index("status")
+_READ_TASK = Prepared(_TASK_SELECT)
+_LOCK_TASK = Prepared(_TASK_SELECT.with_for_update())
 
 
 def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | None:
@@ -86,50 +98,31 @@ def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | N
     ``get_task`` would. ``lock`` takes the row lock ``lock_task`` takes.
     """
     session.flush()
-    statement = _LOCK_TASK if lock else _READ_TASK
-    row = session.connection().execute(statement, {"b_task_id": task_id}).first()
+    row = (_LOCK_TASK if lock else _READ_TASK).first(session, {"b_task_id": task_id})
     if row is None:
         return None
-    c = row._mapping
-    return Task(
-        task_id=TaskId(c["id"]),
-        root_id=TaskId(c["root_id"]),
-        parent_id=TaskId(c["parent_id"]) if c["parent_id"] else None,
-        child_key=c["child_key"],
-        depth=c["depth"],
-        agent=c["agent"],
-        status=TaskStatus(c["status"]),
-        message=c["message"],
-        origin_thread_ref=c["origin_thread_ref"],
-        objective_key=c["objective_key"],
-        repo=c["repo"],
-        follows_task_id=TaskId(c["follows_task_id"]) if c["follows_task_id"] else None,
-        requested_by=c["requested_by"],
-        result=c["result"],
-        mailbox_seq=c["mailbox_seq"],
-        cancel_requested_at=c["cancel_requested_at"],
-        deadline_at=c["deadline_at"],
-        created_at=c["created_at"],
-        status_changed_at=c["status_changed_at"],
-        finished_at=c["finished_at"],
-    )
+    values = list(row)
+    values[_STATUS] = TaskStatus(values[_STATUS])
+    return Task(*values)
 
 
-_TASK_CHANGES = select(
-    _TASKS.c.status,
-    _TASKS.c.result,
-    _TASKS.c.mailbox_seq,
-    _TASKS.c.cancel_requested_at,
-    _TASKS.c.status_changed_at,
-    _TASKS.c.finished_at,
-).where(_TASKS.c.id == bindparam("b_task_id"))
+_TASK_CHANGES = Prepared(
+    select(
+        _TASKS.c.status,
+        _TASKS.c.result,
+        _TASKS.c.mailbox_seq,
+        _TASKS.c.cancel_requested_at,
+        _TASKS.c.status_changed_at,
+        _TASKS.c.finished_at,
+    ).where(_TASKS.c.id == bindparam("b_task_id"))
+)
 
 
 def refresh_task(session: Session, task: Task) -> Task | None:
     """``task`` with what others may have changed since it was read: status, result, mailbox
     sequence and stop. None if the task is gone."""
     session.flush()
-    row = session.connection().execute(_TASK_CHANGES, {"b_task_id": task.task_id}).first()
+    row = _TASK_CHANGES.first(session, {"b_task_id": task.task_id})
     if row is None:
         return None
     return replace(

@@ -1,0 +1,115 @@
+"""Statements compiled once per dialect and run as driver SQL: the executor's every-tick path.
+
+SQLAlchemy's per-execution work (the statement's cache key, the compiled-cache lookup, an
+execution context, type processing through generic paths) costs several times the statement
+itself for the few-row statements a tick runs. A ``Prepared`` keeps each dialect's SQL text
+and the parameter and column processors that SQLAlchemy's types give for it; a run is then:
+process the parameters, ``exec_driver_sql`` (connection events and exception translation still
+apply), process the rows. The statement is still written, and typed, as SQLAlchemy Core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import CursorResult
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.dml import UpdateBase
+
+Processor = Callable[[Any], Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """One dialect's compiled statement."""
+
+    sql: str
+    names: tuple[str, ...]  # parameter names in the order the SQL takes them
+    positional: bool
+    literals: dict[str, Any]  # values written into the statement itself
+    binds: Mapping[str, Processor]
+    columns: tuple[Processor, ...]
+
+    def parameters(self, given: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        values = [self._value(name, given) for name in self.names]
+        return tuple(values) if self.positional else dict(zip(self.names, values, strict=True))
+
+    def _value(self, name: str, given: Mapping[str, Any]) -> Any:
+        value = given[name] if name in given else self.literals[name]
+        process = self.binds[name]
+        return value if process is None or value is None else process(value)
+
+    def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(
+            value if process is None or value is None else process(value)
+            for process, value in zip(self.columns, raw, strict=True)
+        )
+
+
+Statement = Select[Any] | UpdateBase
+
+
+class Prepared:
+    """``statement``, or ``per_dialect(name)`` where the construct differs by dialect (an
+    insert that ignores conflicts)."""
+
+    def __init__(
+        self,
+        statement: Statement | None = None,
+        *,
+        per_dialect: Callable[[str], Statement] | None = None,
+    ) -> None:
+        if per_dialect is None:
+            if statement is None:
+                raise ValueError("give a statement or a per-dialect factory")
+            fixed = statement
+            per_dialect = lambda _name: fixed  # noqa: E731
+        self._make = per_dialect
+        self._forms: dict[str, _Form] = {}
+
+    def execute(self, session: Session, params: Mapping[str, Any]) -> CursorResult[Any]:
+        form = self._form(session)
+        return session.connection().exec_driver_sql(form.sql, form.parameters(params))
+
+    def execute_many(self, session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+        form = self._form(session)
+        parameters = [form.parameters(row) for row in rows]
+        session.connection().exec_driver_sql(form.sql, parameters)
+
+    def rows(self, session: Session, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        form = self._form(session)
+        result = session.connection().exec_driver_sql(form.sql, form.parameters(params))
+        return [form.row(raw) for raw in result.fetchall()]
+
+    def first(self, session: Session, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        found = self.rows(session, params)
+        return found[0] if found else None
+
+    def _form(self, session: Session) -> _Form:
+        dialect = session.get_bind().dialect
+        form = self._forms.get(dialect.name)
+        if form is None:
+            form = self._forms[dialect.name] = _compile(self._make(dialect.name), dialect)
+        return form
+
+
+def _compile(statement: Statement, dialect: Dialect) -> _Form:
+    compiled = statement.compile(dialect=dialect)
+    positional = bool(compiled.positional)
+    names = tuple(compiled.positiontup or ()) if positional else tuple(compiled.binds)
+    binds = {
+        name: bind.type.dialect_impl(dialect).bind_processor(dialect)
+        for name, bind in compiled.binds.items()
+    }
+    literals = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
+    columns: tuple[Processor, ...] = ()
+    if isinstance(statement, Select):
+        columns = tuple(
+            column.type.dialect_impl(dialect).result_processor(dialect, None)
+            for column in statement.selected_columns
+        )
+    return _Form(compiled.string, names, positional, literals, binds, columns)

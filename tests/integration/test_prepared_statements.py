@@ -1,0 +1,157 @@
+"""The executor's driver-level statements read and write what the ORM does, on both engines."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from runtime.errors import StaleWrite
+from runtime.scheduler import Scheduler
+from runtime.store import runs
+from runtime.store import tasks as q
+from runtime.store.engine import Database, Transaction
+from runtime.store.models import ToolCallRow, TranscriptItemRow
+from tests.factories import make_spec
+
+NOW = datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=UTC)
+
+
+async def _task_id(database: Database) -> str:
+    return str((await Scheduler(database).schedule(make_spec())).task.task_id)
+
+
+async def test_transcript_items_round_trip_when_written_and_read_on_the_driver_path(
+    database: Database,
+) -> None:
+    task_id = await _task_id(database)
+    payload = {"type": "user_text", "text": "naïve – ✓ \"quoted\" 100%", "n": [1, None, 2.5]}
+    items = [runs.NewItem("a", "user", "message", payload), runs.NewItem("b", "tool", "x", {})]
+    database.run_sync(lambda s: runs.add_transcript_items(s, task_id, items, NOW))
+    # The same key again is a no-op: the first payload stays.
+    again = [runs.NewItem("a", "user", "message", {"text": "second"})]
+    database.run_sync(lambda s: runs.add_transcript_items(s, task_id, again, NOW))
+
+    entries = database.read_sync(lambda s: runs.transcript(s, task_id))
+    orm = database.read_sync(
+        lambda s: [
+            (r.item_seq, r.payload, r.created_at)
+            for r in s.query(TranscriptItemRow).filter_by(task_id=task_id).order_by("id")
+        ]
+    )
+    assert [(e.seq, e.payload, e.created_at) for e in entries] == orm
+    assert [e.item_key for e in entries] == ["a", "b"]
+    assert entries[0].payload == payload
+    assert entries[0].created_at == NOW
+    later = database.read_sync(lambda s: runs.transcript(s, task_id, after=entries[0].seq))
+    assert [e.item_key for e in later] == ["b"]
+
+
+async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
+    database: Database,
+) -> None:
+    task_id = await _task_id(database)
+    calls = [runs.NewCall(f"c{i}", 0, i, "lookup", {"q": i}, "read") for i in range(3)]
+    deadline = NOW + timedelta(seconds=30)
+
+    def lifecycle(session: Transaction) -> tuple[bool, bool]:
+        runs.add_tool_calls(session, task_id, calls)
+        runs.mark_dispatching(
+            session,
+            task_id,
+            ["c0", "c1"],
+            {"c0": deadline, "c1": deadline},
+            NOW,
+        )
+        first = runs.settle(
+            session,
+            task_id,
+            "c0",
+            outcome="ok",
+            result={"output": "found", "is_error": False},
+            now=NOW,
+        )
+        late = runs.settle(
+            session,
+            task_id,
+            "c0",
+            outcome="ok",
+            result={"output": "late"},
+            now=NOW,
+        )
+        return first, late
+
+    assert database.run_sync(lifecycle) == (True, False)
+    records = database.read_sync(lambda s: runs.calls_of_turn(s, task_id, 0))
+    rows = database.read_sync(
+        lambda s: {r.call_id: r for r in s.query(ToolCallRow).filter_by(task_id=task_id)}
+    )
+    assert [r.call_id for r in records] == ["c0", "c1", "c2"]
+    for record in records:
+        row = rows[record.call_id]
+        assert (record.dispatch_state, record.deadline_at, record.dispatched_at) == (
+            row.dispatch_state,
+            row.deadline_at,
+            row.dispatched_at,
+        )
+        assert (record.result, record.settled_at, record.late_reports) == (
+            row.result,
+            row.settled_at,
+            row.late_reports,
+        )
+    c0, c1, c2 = records
+    assert (c0.dispatch_state, c0.result, c0.late_reports) == (
+        "settled",
+        {"output": "found", "is_error": False},
+        1,
+    )
+    assert (c1.dispatch_state, c1.deadline_at, c1.settled_at) == ("dispatching", deadline, None)
+    assert (c2.dispatch_state, c2.args, c2.dispatched_at) == ("pending", {"q": 2}, None)
+
+
+async def test_task_reads_match_the_orm_record_and_see_later_changes(database: Database) -> None:
+    scheduler = Scheduler(database)
+    task = (await scheduler.schedule(make_spec())).task
+    read = database.read_sync(lambda s: q.read_task(s, task.task_id))
+    assert read == task
+    await scheduler.request_cancel(task.task_id, "stop", "someone")
+    refreshed = database.read_sync(lambda s: q.refresh_task(s, task))
+    assert refreshed is not None and refreshed.cancel_requested_at is not None
+    assert refreshed == database.read_sync(lambda s: q.read_task(s, task.task_id))
+    assert database.read_sync(lambda s: q.read_task(s, "missing")) is None
+
+
+async def test_transition_commits_once_and_a_stale_version_changes_nothing(
+    database: Database,
+) -> None:
+    scheduler = Scheduler(database)
+    task = (await scheduler.schedule(make_spec())).task
+    claimed = await scheduler.claim_next("w")
+    lease = claimed.lease  # type: ignore[union-attr]
+    run = database.read_sync(lambda s: runs.load_run(s, task.task_id))
+    assert run is not None
+
+    def advance(session: Transaction) -> int:
+        return runs.commit_transition(
+            session,
+            run,
+            lease.lease_id,
+            phase="check_scheduler",
+            turn=2,
+            mailbox_position=1,
+            state={"system": "be brief", "nested": {"k": [1, 2]}},
+            now=NOW,
+        )
+
+    assert database.run_sync(advance) == run.version + 1
+    with pytest.raises(StaleWrite):
+        database.run_sync(advance)
+    after = database.read_sync(lambda s: runs.load_run(s, task.task_id))
+    assert after is not None
+    assert (after.phase, after.turn, after.mailbox_position, after.version) == (
+        "check_scheduler",
+        2,
+        1,
+        run.version + 1,
+    )
+    assert after.state == {"system": "be brief", "nested": {"k": [1, 2]}}

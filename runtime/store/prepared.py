@@ -4,8 +4,10 @@ SQLAlchemy's per-execution work (the statement's cache key, the compiled-cache l
 execution context, type processing through generic paths) costs several times the statement
 itself for the few-row statements a tick runs. A ``Prepared`` keeps each dialect's SQL text
 and the parameter and column processors that SQLAlchemy's types give for it; a run is then:
-process the parameters, ``exec_driver_sql`` (connection events and exception translation still
-apply), process the rows. The statement is still written, and typed, as SQLAlchemy Core.
+process the parameters, execute in the session's transaction (on SQLite on the driver's
+cursor, with driver errors translated into SQLAlchemy's; on PostgreSQL through
+``exec_driver_sql``, so connection events apply), process the rows. The statement is still
+written, and typed, as SQLAlchemy Core.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import CursorResult
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import UpdateBase
@@ -71,19 +73,20 @@ class Prepared:
         self._make = per_dialect
         self._forms: dict[str, _Form] = {}
 
-    def execute(self, session: Session, params: Mapping[str, Any]) -> CursorResult[Any]:
+    def execute(self, session: Session, params: Mapping[str, Any]) -> int:
+        """Run a DML statement; the number of rows it matched."""
         form = self._form(session)
-        return session.connection().exec_driver_sql(form.sql, form.parameters(params))
+        matched: int = _run(session, form.sql, form.parameters(params), many=False).rowcount
+        return matched
 
     def execute_many(self, session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
         form = self._form(session)
-        parameters = [form.parameters(row) for row in rows]
-        session.connection().exec_driver_sql(form.sql, parameters)
+        _run(session, form.sql, [form.parameters(row) for row in rows], many=True)
 
     def rows(self, session: Session, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         form = self._form(session)
-        result = session.connection().exec_driver_sql(form.sql, form.parameters(params))
-        return [form.row(raw) for raw in result.fetchall()]
+        found = _run(session, form.sql, form.parameters(params), many=False).fetchall()
+        return [form.row(raw) for raw in found]
 
     def first(self, session: Session, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         found = self.rows(session, params)
@@ -95,6 +98,32 @@ class Prepared:
         if form is None:
             form = self._forms[dialect.name] = _compile(self._make(dialect.name), dialect)
         return form
+
+
+def _run(session: Session, sql: str, parameters: Any, *, many: bool) -> Any:
+    """Execute in the session's transaction; a cursor (or cursor result) to read.
+
+    On SQLite the statement goes to the driver's cursor directly: there are no connection
+    events to honour there, and a driver error is translated into SQLAlchemy's (so an
+    OperationalError still means the same to ``Database``). PostgreSQL's connection events
+    (NUL replacement) are honoured by going through ``exec_driver_sql``.
+    """
+    connection = session.connection()
+    dialect = connection.dialect
+    if dialect.name != "sqlite":
+        return connection.exec_driver_sql(sql, parameters)
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    errors = dialect.loaded_dbapi.Error
+    try:
+        cursor = driver.cursor()
+        if many:
+            cursor.executemany(sql, parameters)
+        else:
+            cursor.execute(sql, parameters)
+    except errors as e:
+        raise DBAPIError.instance(sql, parameters, e, errors, dialect=dialect) from e
+    return cursor
 
 
 def _compile(statement: Statement, dialect: Dialect) -> _Form:

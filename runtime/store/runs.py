@@ -250,7 +250,7 @@ def commit_transition(
         "b_new_version": run.version + 1,
         "b_now": now,
     }
-    if _ADVANCE.execute(session, params).rowcount != 1:
+    if _ADVANCE.execute(session, params) != 1:
         raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
     return run.version + 1
 
@@ -395,7 +395,7 @@ def settle(
     """First settled result wins; a later report only bumps ``late_reports``."""
     this = {"b_task_id": task_id, "b_call_id": call_id}
     params = {**this, "b_outcome": outcome, "b_result": result, "b_now": now}
-    if _SETTLE.execute(session, params).rowcount:
+    if _SETTLE.execute(session, params):
         return True
     _LATE_REPORT.execute(session, this)
     return False

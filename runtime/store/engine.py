@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -102,8 +102,11 @@ class Database:
         # SQLite has one writer at a time; queueing writers of this process here is cheaper
         # than letting them sleep in SQLite's busy handler.
         self._write_lock: Any = contextlib.nullcontext() if self.is_postgres else threading.Lock()
-        # On SQLite concurrent writers share commits (one fsync for many transitions).
-        self._group = None if self.is_postgres else GroupCommitter(self.transaction)
+        # On SQLite concurrent writers share commits (one fsync for many transitions), on a
+        # connection the committer keeps: a pool checkout and reset per batch cost more
+        # than a small batch's statements.
+        self._group = None if self.is_postgres else GroupCommitter(self._batch_transaction)
+        self._batch_connection: Connection | None = None
 
     @classmethod
     def from_url(cls, url: str) -> Database:
@@ -116,6 +119,25 @@ class Database:
                 with session.begin():
                     yield session
             except (OperationalError, DBAPIError) as e:
+                if _is_transient(e):
+                    raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
+                raise
+
+    @contextmanager
+    def _batch_transaction(self) -> Iterator[Session]:
+        """The group committer's transaction (its thread is the only user of the connection).
+        A connection that failed is closed, and the next batch opens another."""
+        with self._write_lock:
+            connection = self._batch_connection
+            if connection is None or connection.closed or connection.invalidated:
+                connection = self._batch_connection = self.engine.connect()
+            try:
+                with connection.begin(), Session(bind=connection) as session:
+                    yield session
+                    session.flush()
+            except (OperationalError, DBAPIError) as e:
+                self._batch_connection = None
+                connection.close()
                 if _is_transient(e):
                     raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
                 raise
@@ -136,7 +158,7 @@ class Database:
 
     async def run(self, work: Callable[[Session], T]) -> T:
         if self._group is not None:
-            result: T = await asyncio.wrap_future(self._group.submit(work))
+            result: T = await self._group.run(work)
             return result
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self.run_sync, work)
@@ -168,6 +190,8 @@ class Database:
     def close(self) -> None:
         if self._group is not None:
             self._group.close()
+        if self._batch_connection is not None:
+            self._batch_connection.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.engine.dispose()
 

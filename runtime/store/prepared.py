@@ -4,10 +4,8 @@ SQLAlchemy's per-execution work (the statement's cache key, the compiled-cache l
 execution context, type processing through generic paths) costs several times the statement
 itself for the few-row statements a tick runs. A ``Prepared`` keeps each dialect's SQL text
 and the parameter and column processors that SQLAlchemy's types give for it; a run is then:
-process the parameters, execute in the session's transaction (on SQLite on the driver's
-cursor, with driver errors translated into SQLAlchemy's; on PostgreSQL through
-``exec_driver_sql``, so connection events apply), process the rows. The statement is still
-written, and typed, as SQLAlchemy Core.
+process the parameters, execute on the driver's cursor in the session's transaction, process
+the rows. The statement is still written, and typed, as SQLAlchemy Core.
 """
 
 from __future__ import annotations
@@ -103,17 +101,18 @@ class Prepared:
 def _run(session: Session, sql: str, parameters: Any, *, many: bool) -> Any:
     """Execute in the session's transaction; a cursor (or cursor result) to read.
 
-    On SQLite the statement goes to the driver's cursor directly: there are no connection
-    events to honour there, and a driver error is translated into SQLAlchemy's (so an
-    OperationalError still means the same to ``Database``). PostgreSQL's connection events
-    (NUL replacement) are honoured by going through ``exec_driver_sql``.
+    The statement goes to the driver's cursor, a driver error translated into SQLAlchemy's
+    (so an OperationalError still means the same to ``Database``), unless something listens
+    to cursor executions on this connection (PostgreSQL's NUL replacement, a test that
+    inspects statements): then it goes through ``exec_driver_sql``, which tells them.
     """
     connection = session.connection()
-    dialect = connection.dialect
-    if dialect.name != "sqlite":
+    events = connection.dispatch
+    if events.before_cursor_execute or events.after_cursor_execute:
         return connection.exec_driver_sql(sql, parameters)
     driver = connection.connection.driver_connection
     assert driver is not None
+    dialect = connection.dialect
     errors = dialect.loaded_dbapi.Error
     try:
         cursor = driver.cursor()

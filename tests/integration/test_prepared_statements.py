@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from runtime.errors import StaleWrite
 from runtime.scheduler import Scheduler
@@ -155,3 +157,22 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
         run.version + 1,
     )
     assert after.state == {"system": "be brief", "nested": {"k": [1, 2]}}
+
+
+async def test_cursor_listeners_still_see_the_driver_path_statements(database: Database) -> None:
+    task_id = await _task_id(database)
+    seen: list[str] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    event.listen(database.engine, "before_cursor_execute", grab)
+    try:
+        database.read_sync(lambda s: runs.transcript(s, task_id))
+        database.run_sync(lambda s: runs.add_transcript_items(s, task_id, [], NOW))
+        items = [runs.NewItem("k", "user", "message", {"text": "x"})]
+        database.run_sync(lambda s: runs.add_transcript_items(s, task_id, items, NOW))
+    finally:
+        event.remove(database.engine, "before_cursor_execute", grab)
+    assert any(s.startswith("SELECT") and "transcript_items" in s for s in seen)
+    assert any(s.startswith("INSERT INTO transcript_items") for s in seen)

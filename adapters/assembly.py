@@ -24,6 +24,7 @@ from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
 from adapters.web.metrics import Metrics
 from routing.apply import IngestResult, Router
+from routing.daemons import daemon_agents, daemon_residency
 from routing.policy import RoutingPolicy
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
@@ -151,12 +152,15 @@ class Keel:
     def _build_executor(self) -> None:
         cfg = self.config
         provider = self.provider or self._provider()
+        tools = self._tools()
+        daemons = self.router.policy.daemons
         ctx = ExecutorContext(
             db=self.db,
             scheduler=self.scheduler,
             provider=provider,
-            tools=self._tools(),
-            agents=dict(cfg.agents),
+            tools=tools,
+            agents={**cfg.agents, **daemon_agents(daemons, cfg.agents, tools)},
+            resident=daemon_residency(daemons, cfg.daemons.idle_lifetime_s),
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
             context_sources=(RepoGuidance(self),),

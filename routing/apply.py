@@ -212,7 +212,7 @@ class Router:
             case Stop(task=task):
                 return Verdict(PENDING, "stop", task.task_id)
             case Daemon(name=name, objective_key=objective, task=task):
-                target = task.task_id if task else None
+                target = task.task_id if task else _latest_ended(admission, objective)
                 return Verdict(PENDING, f"daemon:{name}", target, objective_key=objective)
             case _:
                 assert_never(route)
@@ -257,7 +257,9 @@ class Router:
     async def _to_daemon(
         self, record: SignalRecord, daemon: DaemonDefinition, target: TaskId | None
     ) -> IngestResult:
-        fresh = _Fresh(daemon.objective_key, daemon.agent, _event_text(record), "daemon")
+        # The target may be the role's ended task: the append is refused as AlreadyTerminal
+        # and the successor starts linked to it.
+        fresh = _Fresh(daemon.objective_key, daemon.task_agent, _event_text(record), "daemon")
         if target is None:
             return await self._new_task(record, fresh, follows=None)
         return await self._append(record, target, fresh, "daemon")
@@ -427,6 +429,12 @@ class Router:
 
     def _daemon(self, name: str) -> DaemonDefinition | None:
         return next((d for d in self.policy.daemons if d.daemon_id == name), None)
+
+
+def _latest_ended(admission: Admission, objective_key: str) -> TaskId | None:
+    state = admission.objectives.get(objective_key)
+    ended = state.latest_terminal if state is not None else None
+    return ended.task_id if ended is not None else None
 
 
 def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:

@@ -35,6 +35,9 @@ Conclusion = Literal[
 ]
 
 
+DEFAULT_IDLE_LIFETIME_S = 86400.0
+
+
 def _lowercase(words: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(word.lower() for word in words)
 
@@ -97,10 +100,15 @@ class DaemonConfig(ConfigSection):
     watch: Annotated[tuple[WatchRule, ...], AfterValidator(_not_empty)]
     limits: AgentLimits | None = None
     deny: Names = ()
+    # Seconds the role's task may wait without an event before it ends; None: the default.
+    idle_lifetime_s: float | None = Field(default=None, gt=0)
 
 
 class DaemonsConfig(ConfigSection):
     repo_daemons: bool = False
+    # A parked daemon task that sees no event for this long ends with a summary; the next
+    # event starts its successor, linked to it.
+    idle_lifetime_s: float = Field(default=DEFAULT_IDLE_LIFETIME_S, gt=0)
     roles: tuple[DaemonConfig, ...] = ()
 
     @model_validator(mode="after")
@@ -113,4 +121,7 @@ class DaemonsConfig(ConfigSection):
     def describe(self, source: SourceOf) -> str:
         names = ", ".join(d.id for d in self.roles) or "none configured"
         from_repos = "on" if self.repo_daemons else "off"
-        return f"daemons: {names}; repository DAEMON.md files {from_repos}"
+        return (
+            f"daemons: {names}; idle lifetime {self.idle_lifetime_s:g}s; "
+            f"repository DAEMON.md files {from_repos}"
+        )

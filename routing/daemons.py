@@ -5,6 +5,11 @@ A daemon is defined in app.yaml (``daemons.roles``) or in a repository's
 owns the routing-side definition, reading DAEMON.md files, and matching a Signal against
 the watch rules. Each daemon owns one long-lived Task under the objective key
 ``daemon:{id}``; the apply step creates it on the first matched event and appends later ones.
+
+A daemon's task runs as the agent ``daemon:{id}``: the role's base agent with its ``deny``
+tools removed, its ``limits`` laid over the base limits and its purpose and brief added to
+the instructions (``daemon_agents``). Such an agent is resident (``daemon_residency``): its
+final answer parks the task until the next event rather than ending it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pydantic import ValidationError
 
 from routing.config import DaemonConfig, WatchRule
 from routing.signal import Signal
-from runtime.config import AgentLimits
+from runtime.config import AgentConfig, AgentLimits
 from runtime.errors import ConfigError
 
 DAEMON_FILE = "DAEMON.md"
@@ -71,10 +76,30 @@ class DaemonDefinition:
     brief: str = ""
     limits: AgentLimits | None = None
     source: str = "app.yaml"
+    idle_lifetime_s: float | None = None  # None: the configured default
 
     @property
     def objective_key(self) -> str:
         return daemon_objective(self.daemon_id)
+
+    @property
+    def task_agent(self) -> str:
+        """The agent name the role's tasks run as; ``daemon_agents`` defines it."""
+        return daemon_objective(self.daemon_id)
+
+    def agent_config(self, base: AgentConfig) -> AgentConfig:
+        """The base agent narrowed to this role: fewer tools, its limits, its purpose."""
+        limits = base.limits
+        if self.limits is not None:
+            explicit = {name: getattr(self.limits, name) for name in self.limits.model_fields_set}
+            limits = base.limits.model_copy(update=explicit)
+        return base.model_copy(
+            update={
+                "instructions": _role_instructions(self, base.instructions),
+                "tools": tuple(name for name in base.tools if name not in self.deny),
+                "limits": limits,
+            }
+        )
 
     def watches(self, signal: Signal) -> bool:
         return any(rule.matches(signal) for rule in self.watch)
@@ -99,7 +124,51 @@ def daemon_from_config(config: DaemonConfig) -> DaemonDefinition:
         agent=config.agent,
         deny=config.deny,
         limits=config.limits,
+        idle_lifetime_s=config.idle_lifetime_s,
     )
+
+
+def daemon_agents(
+    daemons: Iterable[DaemonDefinition],
+    agents: Mapping[str, AgentConfig],
+    known_tools: Iterable[str],
+) -> dict[str, AgentConfig]:
+    """The agent each daemon's tasks run as, by ``task_agent``.
+
+    A ``deny`` naming no known tool is refused: a misspelt name would silently leave the
+    tool it meant to take away in the role's hands.
+    """
+    known = frozenset(known_tools)
+    found = {}
+    for daemon in daemons:
+        unknown = [name for name in daemon.deny if name not in known]
+        if unknown:
+            raise ConfigError(
+                f"daemon {daemon.daemon_id} ({daemon.source}): deny names unknown tool "
+                f"{', '.join(unknown)} (tools: {', '.join(sorted(known))})"
+            )
+        base = agents.get(daemon.agent) or AgentConfig()
+        found[daemon.task_agent] = daemon.agent_config(base)
+    return found
+
+
+def daemon_residency(
+    daemons: Iterable[DaemonDefinition], default_idle_lifetime_s: float
+) -> dict[str, float]:
+    """Idle lifetime in seconds of each daemon's resident agent, by ``task_agent``."""
+    return {
+        daemon.task_agent: daemon.idle_lifetime_s or default_idle_lifetime_s
+        for daemon in daemons
+    }
+
+
+def _role_instructions(daemon: DaemonDefinition, base: str) -> str:
+    role = (
+        f"You are the daemon {daemon.daemon_id!r}, a long-lived role. Purpose: "
+        f"{daemon.purpose}\nEach event you own arrives as a message; handle it, give a "
+        "final answer, and you will wait for the next one."
+    )
+    return "\n\n".join(part for part in (base, role, daemon.brief) if part)
 
 
 def parse_daemon_file(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -28,11 +29,13 @@ Phase = Literal[
     "report_failure",
     "report_stopped",
     "waiting",
+    "await_input",
     "done",
 ]
 
 # continue: keep the lease and tick again now; delay: release and tick at ``delay_s``;
-# wait: park the task until input or a child arrives; done: the run is over.
+# wait: park the task until input or a child arrives (and, with ``wake_at``, tick then
+# anyway); done: the run is over.
 After = Literal["continue", "delay", "wait", "done"]
 
 Write = Callable[[Transaction], None]
@@ -48,6 +51,7 @@ class Transition:
     after: After = "continue"
     delay_s: float = 0.0
     wait_guard: Callable[[Transaction], bool] | None = None
+    wake_at: datetime | None = None
 
 
 class ContextSource(Protocol):
@@ -115,6 +119,9 @@ class ExecutorContext:
     reporter: Reporter = field(default_factory=SilentReporter)
     context_sources: tuple[ContextSource, ...] = ()
     workspace_for: WorkspaceResolver = _no_workspace
+    # Resident agents (a daemon's role): agent name -> idle lifetime in seconds. Their final
+    # answer parks the task for the next mailbox item instead of ending it.
+    resident: Mapping[str, float] = field(default_factory=dict)
     faults: FaultPlan = field(default_factory=FaultPlan.from_env)
     poll_interval_s: float = 0.5
     background: set[asyncio.Task[None]] = field(default_factory=set)
@@ -126,6 +133,10 @@ class ExecutorContext:
 
     def agent(self, name: str) -> AgentConfig:
         return self.agents.get(name) or self.agents.get("default") or AgentConfig()
+
+    def idle_lifetime_s(self, agent_name: str) -> float | None:
+        """How long a resident agent's task may wait for input; None if it is not resident."""
+        return self.resident.get(agent_name)
 
     def tools_for(self, agent: AgentConfig) -> dict[str, Tool]:
         return {name: tool for name, tool in self.tools.items() if name in agent.tools}

@@ -15,7 +15,7 @@ from typing import Any
 
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.executor.phases import goto, limit_reached
+from runtime.executor.phases import goto, limit_reached, turns_used
 from runtime.store import runs
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
@@ -115,7 +115,7 @@ async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition
     if run.stop_requested:
         return goto(run, "report_stopped", writes=(write,))
     limits = ctx.agent(task.agent).limits
-    if run.turn + 1 >= limits.max_turns:
+    if turns_used(run) + 1 >= limits.max_turns:
         limited = limit_reached(run, "max_turns", limits.max_turns)
         return goto(run, "report_failure", state=limited.state, writes=(write,))
     return goto(run, "check_scheduler", turn=run.turn + 1, writes=(write,))

@@ -2,12 +2,18 @@
 
 Each phase receives the durable run and returns the next durable state; it never runs the
 task to completion. Tool dispatch, waiting and turn advance live in ``runtime.executor.tools``.
+
+A resident agent's task (a daemon's role) does not end at a final answer: it parks in
+``await_input`` (status ``waiting``) until its mailbox gets an item, which starts its next
+activation, or until its idle lifetime passes, which ends it with a summary. Limits count per
+activation (``activation`` in the run state), so a role that lives for weeks is not failed
+for the turns and hours of all the events before this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.errors import Permanent, Retryable, StaleWrite
@@ -60,7 +66,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     if run.stop_requested:
         return goto(run, "report_stopped")
     limits = ctx.agent(task.agent).limits
-    if ctx.clock.now() - task.created_at > timedelta(seconds=limits.max_wall_seconds):
+    if ctx.clock.now() - activation_since(run, task) > timedelta(seconds=limits.max_wall_seconds):
         return limit_reached(run, "max_wall_seconds", limits.max_wall_seconds)
     if task.mailbox_seq <= run.mailbox_position:
         return goto(run, "call_model")
@@ -111,7 +117,8 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
         return goto(run, "report_failure", state=state)
     calls = response.tool_calls
     if calls:
-        used = sum(1 for e in entries if e.kind == "tool_call")
+        before = int(_activation(run).get("tool_calls_before", 0))
+        used = sum(1 for e in entries if e.kind == "tool_call") - before
         if used + len(calls) > agent.limits.max_tool_calls:
             return limit_reached(run, "max_tool_calls", agent.limits.max_tool_calls)
     now = ctx.clock.now()
@@ -173,6 +180,9 @@ async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transit
         # Input arrived after the last check: the answer did not see it, so ask again.
         return goto(run, "check_scheduler", turn=run.turn + 1)
     entries = await transcript_of(run, ctx)
+    lifetime = ctx.idle_lifetime_s(task.agent)
+    if lifetime is not None:
+        return _park(run, ctx, tx.final_text(entries, run.turn), lifetime)
     calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
     interrupted = [
         {"call_id": c.call_id, "name": c.name} for c in calls if c.outcome == "interrupted"
@@ -203,6 +213,77 @@ async def report_stopped(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
     else:
         result = TaskResult(TaskStatus.canceled, "stopped on request", {"outcome": "canceled"})
     return _finish(run, task, ctx, result)
+
+
+# -- resident agents ------------------------------------------------------------------------
+
+
+def _activation(run: Run) -> dict[str, Any]:
+    """Where the current activation of a resident task began; empty before its first wake."""
+    value = run.state.get("activation")
+    return value if isinstance(value, dict) else {}
+
+
+def turns_used(run: Run) -> int:
+    """Turns of the current activation: a resident task's turn count runs on across events."""
+    return run.turn - int(_activation(run).get("turn", 0))
+
+
+def activation_since(run: Run, task: Task) -> datetime:
+    since = _activation(run).get("since")
+    return datetime.fromisoformat(since) if isinstance(since, str) else task.created_at
+
+
+def _park(run: Run, ctx: ExecutorContext, answer: str, lifetime: float) -> Transition:
+    """Wait for the next event; the tick at ``idle_until`` ends the task if none came."""
+    idle_until = ctx.clock.now() + timedelta(seconds=lifetime)
+    state = {
+        **run.state,
+        "idle_until": idle_until.isoformat(),
+        "idle_lifetime_s": lifetime,
+        "last_answer": answer,
+    }
+    return goto(run, "await_input", state=state, after="wait", wake_at=idle_until)
+
+
+async def await_input(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    """Ticked by a new mailbox item, a stop, the idle timer, or a stale wake-up."""
+    if run.stop_requested:
+        return goto(run, "report_stopped")
+    now = ctx.clock.now()
+    if task.mailbox_seq > run.mailbox_position:
+        return await _next_activation(run, ctx, now)
+    idle_until = run.state.get("idle_until")
+    if isinstance(idle_until, str) and now < datetime.fromisoformat(idle_until):
+        # Woken early (an older timer, a recovery): park again. Each park sets this timer
+        # again; a duplicate at the same moment finds the run done and is dropped.
+        wake_at = datetime.fromisoformat(idle_until)
+        return goto(run, "await_input", after="wait", wake_at=wake_at)
+    return _finish(run, task, ctx, _idle_result(run), unread_guard=True)
+
+
+async def _next_activation(run: Run, ctx: ExecutorContext, now: datetime) -> Transition:
+    entries = await transcript_of(run, ctx)
+    activation = {
+        "turn": run.turn + 1,
+        "since": now.isoformat(),
+        "tool_calls_before": sum(1 for e in entries if e.kind == "tool_call"),
+    }
+    state = {k: v for k, v in run.state.items() if k != "idle_until"}
+    state["activation"] = activation
+    return goto(run, "check_scheduler", turn=run.turn + 1, state=state)
+
+
+def _idle_result(run: Run) -> TaskResult:
+    events = run.mailbox_position + 1  # the task's own message, then each mailbox item
+    lifetime = float(run.state.get("idle_lifetime_s", 0))
+    last = str(run.state.get("last_answer", "")).strip()
+    summary = (
+        f"ended after {lifetime:g}s without a new event; handled {events} "
+        f"event{'s' if events != 1 else ''}. Last answer: {last or '(none)'}"
+    )
+    detail = {"outcome": "idle", "events": events, "idle_lifetime_s": lifetime}
+    return TaskResult(TaskStatus.succeeded, summary, detail)
 
 
 def _finish(

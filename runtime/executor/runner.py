@@ -39,6 +39,7 @@ PHASES: dict[str, PhaseFn] = {
     "report_failure": phases.report_failure,
     "report_stopped": phases.report_stopped,
     "waiting": dispatch.await_tools,
+    "await_input": phases.await_input,
     "done": phases.done,
 }
 
@@ -156,7 +157,7 @@ class Runner:
             case "wait":
                 # Refused when input arrived meanwhile: then tick again at once.
                 parked = scheduler.enter_waiting_in(session, run.task_id)
-                scheduler.release_in(session, lease, None if parked else now)
+                scheduler.release_in(session, lease, transition.wake_at if parked else now)
             case "done":
                 scheduler.release_in(session, lease, None)
         return "released", None

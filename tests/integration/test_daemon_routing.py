@@ -107,7 +107,8 @@ async def test_two_failures_in_a_burst_become_one_activation_when_a_daemon_watch
     results = await asyncio.gather(*(ingest(router, s) for s in burst()))
     [task] = daemon_tasks(database)
     assert {(r.decision, r.task_id) for r in results} == {("daemon", task.task_id)}
-    assert (task.agent, task.repo, task.status) == ("fixer", REPO, "queued")
+    # The role runs as its own agent (``fixer`` narrowed by the role), see test_daemon_lifecycle.
+    assert (task.agent, task.repo, task.status) == ("daemon:ci-doctor", REPO, "queued")
     mailbox = await router.scheduler.read_mailbox(task.task_id)
     assert len(mailbox) == 1
     # Whichever event came first started the task; the other one is in its mailbox.
@@ -136,6 +137,9 @@ async def test_daemon_starts_next_activation_linked_when_its_task_has_finished(
     second = await ingest(router, tests)
     assert second.decision == "daemon" and second.task_id != first.task_id
     assert {t.task_id for t in daemon_tasks(database)} == {first.task_id, second.task_id}
+    successor = await router.scheduler.get(second.task_id)  # type: ignore[arg-type]
+    assert successor is not None and successor.follows_task_id == first.task_id
+    assert second.reason == f"follows {first.task_id}"
 
 
 async def test_daemon_leaves_a_passing_check_run_when_only_failures_are_watched(

@@ -19,9 +19,10 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY
+from runtime.reporting import is_daemon
 from runtime.store import views
 from runtime.store.engine import Database
-from runtime.store.records import TaskStatus
+from runtime.store.records import Task, TaskStatus
 
 Auth = Callable[[Request], Awaitable[None]]
 
@@ -55,6 +56,26 @@ class ToolRow:
     args_summary: str
     output_summary: str
     at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonBadge:
+    """How a daemon's task shows itself: which role, and whether it waits for events."""
+
+    daemon_id: str
+    state: Literal["waiting", "working", "ended"]
+    label: str
+
+
+def daemon_badge(task: Task) -> DaemonBadge | None:
+    if not is_daemon(task):
+        return None
+    daemon_id = (task.objective_key or "").removeprefix("daemon:")
+    if task.status.is_terminal:
+        return DaemonBadge(daemon_id, "ended", "ended; the next event starts its successor")
+    if task.status is TaskStatus.waiting:
+        return DaemonBadge(daemon_id, "waiting", "waiting for events")
+    return DaemonBadge(daemon_id, "working", "handling an event")
 
 
 def transcript_rows(detail: views.TaskDetail) -> list[MessageRow | ToolRow]:
@@ -116,6 +137,7 @@ def make_environment() -> Environment:
     env.filters["seconds"] = _seconds
     env.filters["clip"] = _clip
     env.globals["strength_labels"] = STRENGTH_LABELS
+    env.globals["daemon_badge"] = daemon_badge
     return env
 
 

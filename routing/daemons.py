@@ -135,19 +135,20 @@ def daemon_agents(
 ) -> dict[str, AgentConfig]:
     """The agent each daemon's tasks run as, by ``task_agent``.
 
-    A ``deny`` naming no known tool is refused: a misspelt name would silently leave the
-    tool it meant to take away in the role's hands.
+    A ``deny`` naming a tool neither registered nor listed by the base agent is refused: a
+    misspelt name would silently leave the tool it meant to take away in the role's hands.
     """
-    known = frozenset(known_tools)
+    registered = frozenset(known_tools)
     found = {}
     for daemon in daemons:
+        base = agents.get(daemon.agent) or AgentConfig()
+        known = registered | set(base.tools)
         unknown = [name for name in daemon.deny if name not in known]
         if unknown:
             raise ConfigError(
                 f"daemon {daemon.daemon_id} ({daemon.source}): deny names unknown tool "
                 f"{', '.join(unknown)} (tools: {', '.join(sorted(known))})"
             )
-        base = agents.get(daemon.agent) or AgentConfig()
         found[daemon.task_agent] = daemon.agent_config(base)
     return found
 

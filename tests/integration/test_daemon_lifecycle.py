@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from adapters.config import ServerConfig
+from adapters.assembly import Keel as App
+from adapters.config import ServerConfig, build_config
 from adapters.emulators.server import serve
 from adapters.web.auth import AdminAuth
 from adapters.web.ui import build_ui
@@ -335,6 +336,41 @@ async def test_daemon_role_limits_end_its_run_when_one_event_takes_too_many_turn
     assert ended.result["outcome"] == "limit:max_turns"
     assert ended.result["summary"] == "stopped at a limit: max_turns (3)"
     assert max(r.turn for r in k.provider.requests) == 6  # turns 4, 5, 6: three, then stop
+
+
+async def test_composition_root_runs_a_daemon_as_its_role_when_configured(
+    db_url: str, tmp_path: Path
+) -> None:
+    """``keel serve`` / ``keel worker`` wiring: the role's agent, and its task parks."""
+    daemons = role().model_dump(mode="json")
+    tree = {
+        "database": {"url": db_url},
+        "workspace": {"root": str(tmp_path / "workspaces")},
+        "agents": {"default": {}, "fixer": {"instructions": "You fix builds."}},
+        "daemons": daemons,
+    }
+    provider = Recording({"scripts": [{"turns": [{"say": "diagnosed"}]}]})
+    app = App(build_config(tree, env={}), provider=provider)
+    await app.connect()
+    await app.start()
+    try:
+        signal = to_signal(check_run(), "d-app")
+        result = await app.accept(
+            signal, provider="github", delivery_id="d-app", raw_kind="check_run"
+        )
+        assert result.decision == "daemon" and result.task_id is not None
+        task_id = result.task_id
+        async with asyncio.timeout(20):
+            while (task := await app.scheduler.get(task_id)) is None or (
+                task.status is not TaskStatus.waiting
+            ):
+                await asyncio.sleep(0.05)
+    finally:
+        await app.stop()
+    [request] = provider.requests
+    offered = {spec.name for spec in request.tools}
+    assert "git_commit" in offered and "git_push" not in offered
+    assert request.system.startswith("You fix builds.") and PURPOSE in request.system
 
 
 # -- the task UI -----------------------------------------------------------------------------

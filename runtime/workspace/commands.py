@@ -93,7 +93,7 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
         "isolation": isolation,
     }
     _write_atomic(run.folder / "meta.json", json.dumps(meta))
-    argv = sandbox.wrap(["bash", "-lc", command], run.workspace, isolation)
+    argv = sandbox.wrap(["bash", "-c", command], run.workspace, isolation)
     script = run.folder / "run.sh"
     script.write_text(wrapper_script(run.folder, argv))
     launcher = ["setsid", "--fork", "bash", str(script)]

@@ -2,7 +2,8 @@
 
 ``auto`` uses bubblewrap when it is installed and works here, and otherwise falls back to
 ``none`` with one warning per process; ``bwrap`` insists on it. Under bubblewrap the whole
-filesystem is read-only except the workspace and a private ``/tmp`` (within the workspace
+filesystem is read-only except the workspace and a private ``/tmp`` (the toolchains on PATH
+that live under the host's ``/tmp`` stay visible, read-only; within the workspace
 the execution records stay read-only, so a command cannot forge its own exit code), the
 network is a fresh empty namespace unless allowed, and the environment is rebuilt from an
 allow-list so no Keel, Slack, GitHub or model-provider secret reaches repository code.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +89,8 @@ class Sandbox:
         # the worker that started it; timeouts kill the whole process group instead. No
         # --new-session either, so that group still contains the sandboxed processes.
         args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        args += ["--tmpfs", "/tmp", "--bind", ws, ws, "--chdir", ws]
+        args += ["--tmpfs", "/tmp", *_toolchains_under_tmp(self.env(workspace)["PATH"])]
+        args += ["--bind", ws, ws, "--chdir", ws]
         records = str(workspace / EXEC_ROOT)
         args += ["--ro-bind-try", records, records]
         args += ["--unshare-pid", "--unshare-ipc"]
@@ -108,6 +111,26 @@ class Sandbox:
             f"--fsize={limits.file_size_bytes}" if limits.file_size_bytes else "",
         ]
         return ["prlimit", *[f for f in flags if f], "--"]
+
+
+def _toolchains_under_tmp(path: str) -> list[str]:
+    """Read-only binds that bring back the PATH toolchains the private ``/tmp`` would hide.
+
+    A checkout under ``/tmp`` keeps its virtualenv there; without these binds its ``pytest``
+    and ``python`` vanish inside the sandbox. The interpreter Keel runs on counts as such a
+    toolchain (configured commands name it, as the demo does). A virtualenv's ``bin`` brings
+    its whole root (``pyvenv.cfg`` beside it), since its packages live next to ``bin``.
+    """
+    tmp = Path("/tmp")
+    roots: list[str] = []
+    for entry in [*path.split(os.pathsep), os.path.dirname(sys.executable)]:
+        directory = Path(entry)
+        if not directory.is_absolute() or tmp not in directory.parents or not directory.is_dir():
+            continue
+        root = directory.parent if (directory.parent / "pyvenv.cfg").is_file() else directory
+        if str(root) not in roots:
+            roots.append(str(root))
+    return [arg for root in roots for arg in ("--ro-bind", root, root)]
 
 
 async def bwrap_works() -> bool:

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,56 @@ async def test_auto_falls_back_once_when_bwrap_unusable(
     assert caplog.text.count("bubblewrap unavailable") == 1
     with pytest.raises(ConfigError):
         await Sandbox(mode="bwrap").isolation()
+
+
+async def test_virtualenv_under_tmp_usable_when_sandboxed(
+    tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout under /tmp keeps its .venv there; the private /tmp must not hide it."""
+    assert Path("/tmp") in tmp_path.parents  # the case this test is about
+    venv = tmp_path / "checkout" / ".venv"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "keelprobe.py").write_text("WHERE = 'from the venv'\n")
+    hidden = tmp_path / "host-secret.txt"
+    hidden.write_text("host tmp\n")
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    command = f"python -c 'import keelprobe; print(keelprobe.WHERE)'; cat {hidden}"
+    result = await run(Sandbox(mode="bwrap"), ws, command)
+    assert "from the venv" in result.output
+    assert "host tmp" not in result.output
+
+
+@dataclass(frozen=True, slots=True)
+class _ProfileSandbox(Sandbox):
+    """bubblewrap with a host-style /etc/profile that resets PATH, as Debian's does."""
+
+    profile: str = ""
+
+    def _bwrap(self, workspace: Path) -> list[str]:
+        return [*Sandbox._bwrap(self, workspace), "--ro-bind", self.profile, "/etc/profile"]
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+async def test_path_kept_when_shell_profiles_reset_it(
+    tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    tools = tmp_path / "keel-tools"
+    tools.mkdir()
+    (tools / "keeltool").write_text("#!/bin/sh\necho keeltool ran\n")
+    (tools / "keeltool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    reset = "export PATH=/nonexistent\n"
+    home = ws / ".keel" / "home"
+    home.mkdir(parents=True)
+    for name in (".bash_profile", ".profile"):
+        (home / name).write_text(reset)
+    profile = tmp_path / "profile"
+    profile.write_text(reset)
+    sandbox = _ProfileSandbox(mode="bwrap", profile=str(profile)) if mode == "bwrap" else (
+        Sandbox(mode="none")
+    )
+    result = await run(sandbox, ws, "keeltool; git --version")
+    assert "keeltool ran" in result.output
+    assert "git version" in result.output
+    assert "exit code 0 " in result.output

@@ -31,7 +31,6 @@ from pydantic_core import ErrorDetails
 
 from routing.config import DaemonsConfig, RoutingConfig
 from runtime.config import (
-    AckStyle,
     Agents,
     ConfigSection,
     DatabaseConfig,
@@ -85,8 +84,6 @@ class SlackConfig(ConfigSection):
     api_url: str = "https://slack.com/api/"
     allowed_channels: Names = ()
     allowed_users: Names = ()
-    ack: AckStyle = "reaction"
-    mention_trigger: OptionalText = None
 
     @field_validator("api_url")
     @classmethod
@@ -110,7 +107,7 @@ class SlackConfig(ConfigSection):
         users = ", ".join(self.allowed_users) or "all"
         return (
             f"slack: enabled (api {redact_url(self.api_url)}, channels {channels}, "
-            f"users {users}, ack by {self.ack})"
+            f"users {users})"
         )
 
 

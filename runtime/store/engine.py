@@ -40,13 +40,16 @@ def resolve_url(configured: str | None) -> str:
     return os.environ.get("KEEL_DATABASE_URL") or configured or DEFAULT_URL
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
+    """``pool_size`` (PostgreSQL only) and ``echo`` are ``database.pool_size`` / ``.echo``."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _sqlite_engine(url, echo=echo)
     if parsed.drivername == "postgresql":
         url = str(parsed.set(drivername="postgresql+psycopg"))
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo
+    )
     event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
     return engine
 
@@ -70,8 +73,10 @@ def _clean(value: Any) -> Any:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
 
 
-def _sqlite_engine(url: str) -> Engine:
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+def _sqlite_engine(url: str, *, echo: bool) -> Engine:
+    engine = create_engine(
+        url, connect_args={"timeout": 30, "check_same_thread": False}, echo=echo
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -109,8 +114,8 @@ class Database:
         self._batch_connection: Connection | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> Database:
-        return cls(make_engine(url))
+    def from_url(cls, url: str, *, pool_size: int = 10, echo: bool = False) -> Database:
+        return cls(make_engine(url, pool_size=pool_size, echo=echo))
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

@@ -345,7 +345,7 @@ def test_describe_warns_when_bound_beyond_loopback_without_admin_token() -> None
 def test_daemons_validate_when_fully_specified() -> None:
     rule = {"provider": "github", "kind": "check_run", "branch": "main", "conclusion": "failure"}
     daemon = make_daemon(id="ci-doctor", watch=[rule], deny=["git_push"])
-    tree = {"daemons": {"repo_daemons": True, "roles": [daemon]}}
+    tree = {"daemons": {"roles": [daemon]}}
 
     config = build_config(tree, {})
 
@@ -355,7 +355,6 @@ def test_daemons_validate_when_fully_specified() -> None:
         "failure",
         ("git_push",),
     )
-    assert config.daemons.repo_daemons
 
 
 @pytest.mark.parametrize(
@@ -417,3 +416,18 @@ def test_config_is_immutable_when_loaded() -> None:
 
     with pytest.raises(pydantic.ValidationError):
         config.server.port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"slack": {"ack": "reply"}},
+        {"slack": {"mention_trigger": "keel:"}},
+        {"daemons": {"repo_daemons": True}},
+    ],
+)
+def test_removed_setting_is_an_unknown_key_when_an_old_config_has_it(tree: Any) -> None:
+    (section, body), = tree.items()
+    (key,) = body
+    assert problems_of(tree) == [f"{section}.{key}: unknown key"]
+

@@ -64,7 +64,8 @@ def test_app_yaml_disables_surfaces_when_env_is_empty() -> None:
     assert config.database.url == "sqlite:///./keel.db"
     assert config.slack.api_url == "https://slack.com/api/"
     assert config.github.api_url == "https://api.github.com"
-    assert (config.model.provider, config.model.model) == ("scripted", "gpt-4o-mini")
+    assert (config.model.provider, config.model.model) == ("openai", "gpt-4o-mini")
+    assert AppConfig().model.provider == "openai"
     assert config.server.admin_token is None
     lines = describe(config)
     assert "slack: disabled (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET not set)" in lines

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -38,6 +39,19 @@ DEFAULT_URL = "sqlite:///./keel.db"
 def resolve_url(configured: str | None) -> str:
     """``KEEL_DATABASE_URL`` overrides the configured URL."""
     return os.environ.get("KEEL_DATABASE_URL") or configured or DEFAULT_URL
+
+
+def missing_sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names, if it does not exist yet. Opening the URL would create it
+    empty, so commands that only read or operate on existing data check this first."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):
+        return None  # a URI filename: its own mode= parameter decides
+    path = Path(database)
+    return None if path.exists() else path
 
 
 def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:

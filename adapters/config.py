@@ -57,6 +57,8 @@ class ServerConfig(ConfigSection):
     admin_token: Secret = None
     body_limit_bytes: int = Field(default=1024 * 1024, ge=1)
     public_url: OptionalText = None
+    # /metrics without the admin token off loopback, for a scraper that cannot send one.
+    metrics_public: bool = False
 
     @property
     def is_loopback(self) -> bool:

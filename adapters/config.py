@@ -72,6 +72,8 @@ class ServerConfig(ConfigSection):
 
     def describe(self, source: SourceOf) -> str:
         where = f"server: {self.host}:{self.port}, body limit {self.body_limit_bytes} bytes"
+        if self.metrics_public:
+            where = f"{where}, /metrics public"
         if self.admin_token is not None:
             return f"{where}; API and UI require the admin token"
         if self.is_loopback:

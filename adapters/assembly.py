@@ -106,7 +106,9 @@ class Keel:
         cfg = self.config
         register_secrets(_secret_values(cfg))
         url = resolve_url(cfg.database.url)
-        self.db = Database.from_url(url)
+        self.db = Database.from_url(
+            url, pool_size=cfg.database.pool_size, echo=cfg.database.echo
+        )
         upgrade(self.db.engine)  # migrations apply on start
         notifier = Notifier()
         self.scheduler = Scheduler(

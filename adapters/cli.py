@@ -1,4 +1,6 @@
-"""The ``keel`` command line. Exit codes: 0 ok, 1 failure, 2 usage or configuration error."""
+"""The ``keel`` command line. Exit codes: 0 ok, 1 failure, 2 usage or configuration error
+(including a database that does not exist or cannot be read); ``keel tasks tail`` adds its own
+(see its --help)."""
 
 from __future__ import annotations
 
@@ -34,12 +36,27 @@ def _load(path: Path | None) -> AppConfig:
         raise typer.Exit(2) from e
 
 
+def _warn_if_deaf(config: AppConfig) -> None:
+    """Say so on stderr when no surface is enabled: such a Keel runs but never gets work."""
+    if config.slack.enabled or config.github.enabled:
+        return
+    typer.echo(
+        "warning: nothing can receive work: Slack and GitHub are both disabled "
+        "(see the slack: and github: lines for the missing settings)",
+        err=True,
+    )
+
+
 @config_app.command("check")
 def config_check(path: Annotated[Path | None, typer.Argument()] = None) -> None:
-    """Validate app.yaml and say what is enabled (secrets are never printed)."""
+    """Validate app.yaml and say what is enabled (secrets are never printed).
+
+    Exits 2 on a configuration error; warns (exit 0) when no surface can receive work.
+    """
     config = _load(path)
     for line in describe(config):
         typer.echo(line)
+    _warn_if_deaf(config)
 
 
 @app.command()
@@ -62,6 +79,7 @@ def serve(
     setup_logging()
     for line in describe(config):
         typer.echo(line)
+    _warn_if_deaf(config)
     uvicorn.run(create_app(config), host=server.host, port=server.port, log_config=None)
 
 
@@ -94,11 +112,15 @@ def worker(config_path: ConfigPath = None) -> None:
 
 @db_app.command("upgrade")
 def db_upgrade(
-    database_url: Annotated[str | None, typer.Option(help="Overrides KEEL_DATABASE_URL.")] = None,
+    config_path: ConfigPath = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Overrides KEEL_DATABASE_URL and database.url.")
+    ] = None,
 ) -> None:
-    """Apply migrations; a no-op on a database that is already current."""
-    url = database_url or resolve_url(None)
-    engine = make_engine(url)
+    """Apply migrations to database.url of app.yaml; a no-op on a current database."""
+    database = _load(config_path).database
+    url = database_url or resolve_url(database.url)
+    engine = make_engine(url, pool_size=1, echo=database.echo)
     try:
         upgrade(engine)
         state = "current" if is_current(engine) else "NOT current"
@@ -154,7 +176,11 @@ def tasks_cancel(task_id: str, config_path: ConfigPath = None) -> None:
 
 @cli_tasks.tasks_app.command("tail")
 def tasks_tail(task_id: str, config_path: ConfigPath = None) -> None:
-    """Follow a task's progress until it finishes."""
+    """Follow a task's progress until it finishes; the exit code says how it ended.
+
+    Exit codes: 0 succeeded, 1 failed, 3 canceled, 4 timed_out, 5 no such task,
+    2 configuration error or no usable database.
+    """
     cli_tasks.tail_task(_load(config_path), task_id)
 
 

@@ -7,24 +7,60 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import typer
 
 from adapters.config import AppConfig
 from adapters.emulators.webhooks import sign_github, sign_slack
+from runtime.config import redact_url
 from runtime.scheduler import Scheduler
 from runtime.store import views
-from runtime.store.engine import Database, resolve_url
+from runtime.store.engine import Database, missing_sqlite_file, resolve_url
+from runtime.store.migrate import is_current
 from runtime.store.records import TaskStatus
 
 tasks_app = typer.Typer(help="Inspect and stop tasks.")
 signals_app = typer.Typer(help="Inject saved provider payloads.")
 
 
+# `keel tasks tail`: how the task ended, as the exit code (documented in its --help).
+TAIL_EXIT_CODES = {
+    TaskStatus.succeeded: 0,
+    TaskStatus.failed: 1,
+    TaskStatus.canceled: 3,
+    TaskStatus.timed_out: 4,
+}
+TAIL_NO_SUCH_TASK = 5
+DATABASE_UNUSABLE = 2  # like a configuration error: the URL or working directory is wrong
+_HOW_TO_POINT = (
+    "run keel from the data directory, pass --config app.yaml, or set KEEL_DATABASE_URL"
+)
+
+
 def _db(config: AppConfig) -> Database:
-    return Database.from_url(resolve_url(config.database.url))
+    """The deployment's existing database, or exit 2 naming it; never creates one."""
+    url = resolve_url(config.database.url)
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        _unusable(f"no database file at {missing.resolve()} ({redact_url(url)}); nothing created")
+    db = Database.from_url(url, pool_size=1)
+    try:
+        current = is_current(db.engine)
+    except Exception as e:  # the command's boundary: any failure here means unusable
+        db.close()
+        _unusable(f"cannot read the database {redact_url(url)} ({type(e).__name__})")
+    if not current:
+        db.close()
+        schema = "has no current Keel schema (run keel db upgrade)"
+        _unusable(f"the database {redact_url(url)} {schema}")
+    return db
+
+
+def _unusable(problem: str) -> NoReturn:
+    typer.echo(f"error: {problem}; {_HOW_TO_POINT}", err=True)
+    raise typer.Exit(DATABASE_UNUSABLE)
 
 
 def _when(value: Any) -> str:
@@ -96,6 +132,7 @@ def cancel_task(config: AppConfig, task_id: str) -> None:
 
 
 def tail_task(config: AppConfig, task_id: str, interval_s: float = 1.0) -> None:
+    """Follow until the task is terminal (and its reporting done), then exit with its code."""
     db = _db(config)
     last = ""
     try:
@@ -103,7 +140,7 @@ def tail_task(config: AppConfig, task_id: str, interval_s: float = 1.0) -> None:
             detail = db.read_sync(lambda s: views.task_detail(s, task_id))
             if detail is None:
                 typer.echo(f"no task {task_id}", err=True)
-                raise typer.Exit(1)
+                raise typer.Exit(TAIL_NO_SUCH_TASK)
             phase = detail.execution.phase if detail.execution else "-"
             settled = sum(1 for c in detail.tool_calls if c.outcome)
             total = len(detail.tool_calls)
@@ -111,8 +148,9 @@ def tail_task(config: AppConfig, task_id: str, interval_s: float = 1.0) -> None:
             if line != last:
                 typer.echo(f"{time.strftime('%H:%M:%S')} {line}")
                 last = line
-            if detail.task.status.is_terminal and phase == "done":
-                return
+            # A task ended by the scheduler alone (never claimed) has no phase to finish.
+            if detail.task.status.is_terminal and phase in ("done", "-"):
+                raise typer.Exit(TAIL_EXIT_CODES.get(detail.task.status, 1))
             time.sleep(interval_s)
     finally:
         db.close()

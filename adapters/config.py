@@ -31,7 +31,6 @@ from pydantic_core import ErrorDetails
 
 from routing.config import DaemonsConfig, RoutingConfig
 from runtime.config import (
-    AckStyle,
     Agents,
     ConfigSection,
     DatabaseConfig,
@@ -58,6 +57,8 @@ class ServerConfig(ConfigSection):
     admin_token: Secret = None
     body_limit_bytes: int = Field(default=1024 * 1024, ge=1)
     public_url: OptionalText = None
+    # /metrics without the admin token off loopback, for a scraper that cannot send one.
+    metrics_public: bool = False
 
     @property
     def is_loopback(self) -> bool:
@@ -71,6 +72,8 @@ class ServerConfig(ConfigSection):
 
     def describe(self, source: SourceOf) -> str:
         where = f"server: {self.host}:{self.port}, body limit {self.body_limit_bytes} bytes"
+        if self.metrics_public:
+            where = f"{where}, /metrics public"
         if self.admin_token is not None:
             return f"{where}; API and UI require the admin token"
         if self.is_loopback:
@@ -85,8 +88,6 @@ class SlackConfig(ConfigSection):
     api_url: str = "https://slack.com/api/"
     allowed_channels: Names = ()
     allowed_users: Names = ()
-    ack: AckStyle = "reaction"
-    mention_trigger: OptionalText = None
 
     @field_validator("api_url")
     @classmethod
@@ -110,7 +111,7 @@ class SlackConfig(ConfigSection):
         users = ", ".join(self.allowed_users) or "all"
         return (
             f"slack: enabled (api {redact_url(self.api_url)}, channels {channels}, "
-            f"users {users}, ack by {self.ack})"
+            f"users {users})"
         )
 
 

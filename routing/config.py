@@ -1,7 +1,7 @@
 """Configuration sections owned by routing: the routing policy and the configured daemons.
 
-Daemons defined in a repository's ``.agents/daemons/<id>/DAEMON.md`` are read elsewhere
-(``routing/daemons.py``); ``daemons.repo_daemons`` only says whether to look for them.
+Daemons defined in a repository's ``.agents/daemons/<id>/DAEMON.md`` are parsed by
+``routing/daemons.py``; app.yaml configures only ``daemons.roles``.
 """
 
 from __future__ import annotations
@@ -105,7 +105,6 @@ class DaemonConfig(ConfigSection):
 
 
 class DaemonsConfig(ConfigSection):
-    repo_daemons: bool = False
     # A parked daemon task that sees no event for this long ends with a summary; the next
     # event starts its successor, linked to it.
     idle_lifetime_s: float = Field(default=DEFAULT_IDLE_LIFETIME_S, gt=0)
@@ -120,8 +119,4 @@ class DaemonsConfig(ConfigSection):
 
     def describe(self, source: SourceOf) -> str:
         names = ", ".join(d.id for d in self.roles) or "none configured"
-        from_repos = "on" if self.repo_daemons else "off"
-        return (
-            f"daemons: {names}; idle lifetime {self.idle_lifetime_s:g}s; "
-            f"repository DAEMON.md files {from_repos}"
-        )
+        return f"daemons: {names}; idle lifetime {self.idle_lifetime_s:g}s"

@@ -98,10 +98,12 @@ class RoutingPolicy:
         )
 
     def is_stop(self, signal: Signal) -> bool:
+        """Only the configured words and reaction stop: ``signal.command`` is the adapters'
+        fixed vocabulary, so trusting it would let "cancel" stop after ``stop_words: [halt]``."""
         if signal.kind == "reaction":
             return signal.detail.get("reaction") == self.stop_reaction
-        word = signal.text.strip().lower().rstrip(".!?")
-        return signal.command == "stop" or word in self.stop_words
+        word = signal.text.strip().lower().rstrip(".!?").strip()
+        return word in self.stop_words or word in _reaction_as_text(self.stop_reaction)
 
     def forced_new(self, text: str) -> str | None:
         """The request without the ``new:`` prefix, if the text starts with it."""
@@ -144,6 +146,15 @@ class RoutingPolicy:
         if actor.permission not in PERMISSIONS:
             return False
         return rank(actor.permission) >= rank(self.github_min_permission)
+
+
+# The glyph a reaction name stands for, so typing the stop emoji stops like reacting with it.
+_GLYPHS: Mapping[str, str] = MappingProxyType({"octagonal_sign": "🛑"})
+
+
+def _reaction_as_text(reaction: str) -> frozenset[str]:
+    glyph = _GLYPHS.get(reaction)
+    return frozenset({f":{reaction}:", *((glyph,) if glyph else ())})
 
 
 def rank(permission: str) -> int:

@@ -114,7 +114,8 @@ class DatabaseConfig(ConfigSection):
 
 
 class ModelConfig(ConfigSection):
-    provider: Literal["openai", "scripted"] = "scripted"
+    # A first real run talks to a real model; the demo and the tests choose scripted.
+    provider: Literal["openai", "scripted"] = "openai"
     base_url: str = "https://api.openai.com/v1"
     model: str = "gpt-4o-mini"
     api_key: Secret = None

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from urllib.parse import urlencode
 
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from adapters.assembly import Keel
 from adapters.config import AppConfig
 from adapters.github.webhook import GitHubWebhook
 from adapters.slack.app import SlackEvents
 from adapters.web.api import build_api
-from adapters.web.auth import AdminAuth
+from adapters.web.auth import TOKEN_QUERY, AdminAuth
 from adapters.web.ingress import create_ingress_router, install_ingress
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
@@ -62,7 +64,16 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
         finally:
             await keel.stop()
 
-    app = FastAPI(title="Keel", version="0.1.0", lifespan=lifespan)
+    # FastAPI's own /docs, /redoc and /openapi.json would be open to anyone who can reach the
+    # server; the guarded ones below ask for the admin token off loopback.
+    app = FastAPI(
+        title="Keel",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.keel = keel
     install_ingress(
         app,
@@ -72,9 +83,24 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     _mount_health(app, keel)
     auth = AdminAuth(config.server)
     app.include_router(build_api(keel.db, keel.scheduler, auth=auth.api))
-    app.include_router(build_ui(keel.db, auth=auth.ui))
-    app.include_router(build_metrics(keel.db, keel.metrics))
+    app.include_router(build_ui(keel.db, auth=auth.ui, public_url=config.server.public_url))
+    metrics_auth = None if config.server.metrics_public else auth.api
+    app.include_router(build_metrics(keel.db, keel.metrics, auth=metrics_auth))
+    _mount_docs(app, auth)
     return app
+
+
+def _mount_docs(app: FastAPI, auth: AdminAuth) -> None:
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(auth.ui)])
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(auth.ui)])
+    async def docs(request: Request) -> HTMLResponse:
+        # The page fetches the schema itself; a token it was opened with goes along.
+        token = request.query_params.get(TOKEN_QUERY)
+        schema = f"/openapi.json?{urlencode({TOKEN_QUERY: token})}" if token else "/openapi.json"
+        return get_swagger_ui_html(openapi_url=schema, title="Keel API")
 
 
 def _slack_events(keel: Keel) -> SlackEvents:

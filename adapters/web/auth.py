@@ -3,7 +3,10 @@
 Bound to loopback, nobody else can reach the server, so no token is asked for. Bound to any
 other address, every request must carry the admin token (compared in constant time); with
 no token configured there is no way in at all, which is safer than an open admin surface.
-Browsers may present the token once as ``?token=`` and then carry it in a cookie.
+Browsers may present the token once as ``?token=`` and then carry it in a cookie, marked
+``Secure`` when people reach Keel over HTTPS: ``server.public_url`` is https, or the request
+came over https (directly, or as ``X-Forwarded-Proto`` from a proxy uvicorn trusts, see its
+``--forwarded-allow-ips``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ class AdminAuth:
                 "missing or wrong admin token (send Authorization: Bearer <token>)",
                 headers={"WWW-Authenticate": "Bearer"},
             )
+
+
+def cookie_is_secure(request: Request, public_url: str | None) -> bool:
+    """Whether the browser reaches us over HTTPS, so the token cookie must never go over HTTP."""
+    return request.url.scheme == "https" or (public_url or "").lower().startswith("https://")
 
 
 def _bearer(request: Request) -> str | None:

@@ -7,9 +7,9 @@ tests, never share or collide on metric state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -89,10 +89,17 @@ def render(metrics: Metrics, counts: views.Counts) -> bytes:
     return generate_latest(metrics.registry) + generate_latest(scrape)
 
 
-def build_metrics(db: Database, metrics: Metrics | None = None) -> APIRouter:
-    """``GET /metrics``; pass the app's ``Metrics`` so what it observes is served."""
+def build_metrics(
+    db: Database,
+    metrics: Metrics | None = None,
+    *,
+    auth: Callable[[Request], Awaitable[None]] | None = None,
+) -> APIRouter:
+    """``GET /metrics``; pass the app's ``Metrics`` so what it observes is served, and ``auth``
+    unless the counts may be read by anyone who can reach the server."""
     observed = metrics if metrics is not None else Metrics()
-    router = APIRouter(tags=["metrics"])
+    guard = [Depends(auth)] if auth is not None else []
+    router = APIRouter(tags=["metrics"], dependencies=guard)
 
     @router.get("/metrics", response_class=Response)
     async def scrape() -> Response:

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
-from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY
+from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
 from runtime.reporting import is_daemon
 from runtime.store import views
 from runtime.store.engine import Database
@@ -141,13 +141,13 @@ def make_environment() -> Environment:
     return env
 
 
-def build_ui(db: Database, *, auth: Auth) -> APIRouter:
+def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIRouter:
     env = make_environment()
     router = APIRouter(prefix="/ui", dependencies=[Depends(auth)], include_in_schema=False)
 
     def page(request: Request, template: str, **context: Any) -> HTMLResponse:
         html = env.get_template(template).render(**context)
-        return _remember_token(request, HTMLResponse(html))
+        return _remember_token(request, HTMLResponse(html), public_url)
 
     @router.get("")
     async def home() -> RedirectResponse:
@@ -197,9 +197,18 @@ def build_ui(db: Database, *, auth: Auth) -> APIRouter:
     return router
 
 
-def _remember_token(request: Request, response: HTMLResponse) -> HTMLResponse:
+def _remember_token(
+    request: Request, response: HTMLResponse, public_url: str | None
+) -> HTMLResponse:
     # Only reached after auth accepted the request, so a token in the query is the right one.
     token = request.query_params.get(TOKEN_QUERY)
     if token:
-        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/ui")
+        response.set_cookie(
+            TOKEN_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            path="/ui",
+            secure=cookie_is_secure(request, public_url),
+        )
     return response

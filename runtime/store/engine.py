@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -40,13 +41,29 @@ def resolve_url(configured: str | None) -> str:
     return os.environ.get("KEEL_DATABASE_URL") or configured or DEFAULT_URL
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+def missing_sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names, if it does not exist yet. Opening the URL would create it
+    empty, so commands that only read or operate on existing data check this first."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):
+        return None  # a URI filename: its own mode= parameter decides
+    path = Path(database)
+    return None if path.exists() else path
+
+
+def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
+    """``pool_size`` (PostgreSQL only) and ``echo`` are ``database.pool_size`` / ``.echo``."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _sqlite_engine(url, echo=echo)
     if parsed.drivername == "postgresql":
         url = str(parsed.set(drivername="postgresql+psycopg"))
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo
+    )
     event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
     return engine
 
@@ -70,8 +87,10 @@ def _clean(value: Any) -> Any:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
 
 
-def _sqlite_engine(url: str) -> Engine:
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+def _sqlite_engine(url: str, *, echo: bool) -> Engine:
+    engine = create_engine(
+        url, connect_args={"timeout": 30, "check_same_thread": False}, echo=echo
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -109,8 +128,8 @@ class Database:
         self._batch_connection: Connection | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> Database:
-        return cls(make_engine(url))
+    def from_url(cls, url: str, *, pool_size: int = 10, echo: bool = False) -> Database:
+        return cls(make_engine(url, pool_size=pool_size, echo=echo))
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

@@ -40,6 +40,24 @@ def test_readyz_fails_when_database_becomes_unreachable(db_url: str, tmp_path: P
         assert httpx.get(server.url + "/healthz").status_code == 200  # the process is still up
 
 
+def test_database_pool_size_and_echo_reach_the_engine_when_configured(
+    db_url: str, tmp_path: Path
+) -> None:
+    from adapters.assembly import Keel
+
+    tree = {
+        "database": {"url": db_url, "pool_size": 3, "echo": True},
+        "workspace": {"root": str(tmp_path / "ws")},
+    }
+    keel = Keel(build_config(tree, env={}))
+    try:
+        assert keel.db.engine.echo is True
+        if keel.db.is_postgres:
+            assert keel.db.engine.pool.size() == 3  # type: ignore[attr-defined]
+    finally:
+        keel.db.close()
+
+
 def _make_unreachable(db_url: str) -> None:
     if db_url.startswith("sqlite"):
         # Overwrite the file in place: open connections now read something that is not a

@@ -3,23 +3,39 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from sqlalchemy import text
+
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
+from runtime.store.records import TaskResult, TaskStatus
 from tests.factories import make_spec
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
 
 
-def _keel(*args: str, db_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KEEL_DATABASE_URL": db_url}
-    root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = str(root)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(db_url: str | None) -> dict[str, str]:
+    """The environment with no surface secrets, and the database URL only when given."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLACK_", "GITHUB_", "KEEL_DATABASE_URL"))
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    return env if db_url is None else {**env, "KEEL_DATABASE_URL": db_url}
+
+
+def _keel(*args: str, db_url: str | None, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*KEEL, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+        [*KEEL, *args], env=_env(db_url), cwd=cwd, capture_output=True, text=True, timeout=60
     )
 
 
@@ -61,3 +77,95 @@ def test_config_check_disables_surfaces_when_secrets_are_missing(tmp_path: Path)
     )
     assert result.returncode == 0, result.stderr
     assert "slack: disabled" in result.stdout and "github: disabled" in result.stdout
+    assert "warning: nothing can receive work" in result.stderr
+
+
+def test_config_check_does_not_warn_when_a_surface_is_enabled(tmp_path: Path) -> None:
+    config = tmp_path / "app.yaml"
+    config.write_text("slack:\n  bot_token: xoxb-1\n  signing_secret: s\n")
+    result = _keel("config", "check", str(config), db_url=None, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "slack: enabled" in result.stdout
+    assert "warning" not in result.stderr
+
+
+def test_serve_warns_on_stderr_when_no_surface_is_enabled(tmp_path: Path) -> None:
+    args = ["serve", "--port", "0"]
+    db_url = f"sqlite:///{tmp_path / 'keel.db'}"
+    with subprocess.Popen(
+        [*KEEL, *args], env=_env(db_url), cwd=tmp_path, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, text=True,
+    ) as server:
+        try:
+            assert server.stderr is not None
+            seen = [server.stderr.readline() for _ in range(3)]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert any("warning: nothing can receive work" in line for line in seen), seen
+
+
+def test_tasks_ls_exits_2_naming_the_path_and_creates_nothing_when_database_is_missing(
+    tmp_path: Path,
+) -> None:
+    result = _keel("tasks", "ls", db_url=None, cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"no database file at {tmp_path.resolve() / 'keel.db'}" in result.stderr
+    assert "sqlite:///./keel.db" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tasks_ls_exits_2_when_the_database_has_no_schema(tmp_path: Path) -> None:
+    empty = tmp_path / "keel.db"
+    sqlite3.connect(empty).close()
+    result = _keel("tasks", "ls", db_url=f"sqlite:///{empty}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "has no current Keel schema (run keel db upgrade)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_db_upgrade_migrates_the_config_database_when_config_is_given(tmp_path: Path) -> None:
+    target = tmp_path / "data" / "chosen.db"
+    target.parent.mkdir()
+    config = tmp_path / "app.yaml"
+    config.write_text(f"database:\n  url: sqlite:///{target}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = _keel("db", "upgrade", "--config", str(config), db_url=None, cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert "database schema is current" in result.stdout
+    assert target.exists() and list(elsewhere.iterdir()) == []
+    listed = _keel("tasks", "ls", "--config", str(config), db_url=None, cwd=elsewhere)
+    assert listed.returncode == 0 and "(no tasks)" in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (TaskStatus.succeeded, 0),
+        (TaskStatus.failed, 1),
+        (TaskStatus.canceled, 3),
+        (TaskStatus.timed_out, 4),
+    ],
+)
+async def test_tasks_tail_exit_code_says_how_it_ended_when_task_is_terminal(
+    db_url: str, tmp_path: Path, status: TaskStatus, code: int
+) -> None:
+    db = Database.from_url(db_url)
+    scheduler = Scheduler(db)
+    task = (await scheduler.schedule(make_spec(message="fix it"))).task
+    await scheduler.report_result(task.task_id, TaskResult(status, "ended"))
+    with db.engine.begin() as conn:  # as the executor leaves it once the outcome is reported
+        conn.execute(text("UPDATE executions SET phase = 'done' WHERE task_id = :t"),
+                     {"t": task.task_id})
+    db.close()
+    result = _keel("tasks", "tail", task.task_id, db_url=db_url, cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    assert status.value in result.stdout
+    assert _keel("tasks", "tail", "t_nope", db_url=db_url, cwd=tmp_path).returncode == 5
+
+
+def test_tasks_tail_help_documents_its_exit_codes(tmp_path: Path) -> None:
+    result = _keel("tasks", "tail", "--help", db_url=None, cwd=tmp_path)
+    assert "1 failed, 3 canceled, 4 timed_out" in " ".join(result.stdout.split())

@@ -393,3 +393,75 @@ def test_each_app_has_its_own_registry_when_two_are_built() -> None:
     assert (
         second.registry.get_sample_value("keel_outbox_failures_total", {"surface": "slack"}) is None
     )
+
+
+def _served_app(db_url: str, tmp_path: Path, **server: Any) -> Any:
+    from adapters.config import build_config
+    from adapters.web.app import create_app
+
+    tree = {
+        "database": {"url": db_url},
+        "server": server,
+        "workspace": {"root": str(tmp_path / "ws")},
+    }
+    return serve(create_app(build_config(tree, env={}), workers=False), lifespan="on")
+
+
+GUARDED = ("/metrics", "/docs", "/openapi.json")
+
+
+def test_metrics_docs_and_openapi_need_the_token_when_not_bound_to_loopback(
+    db_url: str, tmp_path: Path
+) -> None:
+    with _served_app(db_url, tmp_path, host="0.0.0.0", admin_token="s3cret-admin") as s:
+        for path in GUARDED:
+            assert httpx.get(s.url + path).status_code == 401, path
+            bearer = {"Authorization": "Bearer s3cret-admin"}
+            assert httpx.get(s.url + path, headers=bearer).status_code == 200, path
+        docs = httpx.get(s.url + "/docs?token=s3cret-admin")
+        assert docs.status_code == 200 and "/openapi.json?token=s3cret-admin" in docs.text
+        assert httpx.get(s.url + "/openapi.json?token=s3cret-admin").json()["paths"]
+        assert httpx.get(s.url + "/redoc").status_code == 404
+
+
+def test_metrics_alone_is_open_when_metrics_public_is_set(db_url: str, tmp_path: Path) -> None:
+    server = {"host": "0.0.0.0", "admin_token": "s3cret-admin", "metrics_public": True}
+    with _served_app(db_url, tmp_path, **server) as s:
+        assert httpx.get(s.url + "/metrics").status_code == 200
+        assert httpx.get(s.url + "/docs").status_code == 401
+        assert httpx.get(s.url + "/openapi.json").status_code == 401
+
+
+def test_metrics_docs_and_openapi_are_open_when_bound_to_loopback(
+    db_url: str, tmp_path: Path
+) -> None:
+    with _served_app(db_url, tmp_path) as s:
+        for path in GUARDED:
+            assert httpx.get(s.url + path).status_code == 200, path
+
+
+@pytest.mark.parametrize(
+    ("public_url", "headers", "secure"),
+    [
+        (None, {}, False),
+        ("https://keel.example.com", {}, True),
+        ("http://keel.internal", {}, False),
+        (None, {"X-Forwarded-Proto": "https"}, True),
+    ],
+)
+def test_ui_cookie_is_secure_when_reached_over_https(
+    db_url: str,
+    tmp_path: Path,
+    public_url: str | None,
+    headers: dict[str, str],
+    secure: bool,
+) -> None:
+    server: dict[str, Any] = {"host": "0.0.0.0", "admin_token": "s3cret-admin"}
+    if public_url:
+        server["public_url"] = public_url
+    with _served_app(db_url, tmp_path, **server) as s:
+        page = httpx.get(s.url + "/ui/tasks?token=s3cret-admin", headers=headers)
+    assert page.status_code == 200
+    cookie = page.headers["set-cookie"]
+    assert "keel_admin_token=" in cookie
+    assert ("secure" in cookie.lower().split("; ")) is secure

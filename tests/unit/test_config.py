@@ -64,7 +64,8 @@ def test_app_yaml_disables_surfaces_when_env_is_empty() -> None:
     assert config.database.url == "sqlite:///./keel.db"
     assert config.slack.api_url == "https://slack.com/api/"
     assert config.github.api_url == "https://api.github.com"
-    assert (config.model.provider, config.model.model) == ("scripted", "gpt-4o-mini")
+    assert (config.model.provider, config.model.model) == ("openai", "gpt-4o-mini")
+    assert AppConfig().model.provider == "openai"
     assert config.server.admin_token is None
     lines = describe(config)
     assert "slack: disabled (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET not set)" in lines
@@ -345,7 +346,7 @@ def test_describe_warns_when_bound_beyond_loopback_without_admin_token() -> None
 def test_daemons_validate_when_fully_specified() -> None:
     rule = {"provider": "github", "kind": "check_run", "branch": "main", "conclusion": "failure"}
     daemon = make_daemon(id="ci-doctor", watch=[rule], deny=["git_push"])
-    tree = {"daemons": {"repo_daemons": True, "roles": [daemon]}}
+    tree = {"daemons": {"roles": [daemon]}}
 
     config = build_config(tree, {})
 
@@ -355,7 +356,6 @@ def test_daemons_validate_when_fully_specified() -> None:
         "failure",
         ("git_push",),
     )
-    assert config.daemons.repo_daemons
 
 
 @pytest.mark.parametrize(
@@ -417,3 +417,25 @@ def test_config_is_immutable_when_loaded() -> None:
 
     with pytest.raises(pydantic.ValidationError):
         config.server.port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"slack": {"ack": "reply"}},
+        {"slack": {"mention_trigger": "keel:"}},
+        {"daemons": {"repo_daemons": True}},
+    ],
+)
+def test_removed_setting_is_an_unknown_key_when_an_old_config_has_it(tree: Any) -> None:
+    (section, body), = tree.items()
+    (key,) = body
+    assert problems_of(tree) == [f"{section}.{key}: unknown key"]
+
+
+
+def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> None:
+    (line,) = [x for x in describe(build_config({"server": {"metrics_public": True}}, {}))
+               if x.startswith("server:")]
+    assert "/metrics public" in line
+    assert "/metrics public" not in describe(build_config({}, {}))[1]

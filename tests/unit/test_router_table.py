@@ -265,6 +265,22 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
     ("configured stop word", make_signal(text="halt"), BUSY, CUSTOM_STOP, Stop(ACTIVE)),
     ("configured stop reaction", reaction("no_entry_sign"), BUSY, CUSTOM_STOP, Stop(ACTIVE)),
     (
+        "'cancel' is only a follow-up when stop_words is [halt]",
+        mention(text="cancel", command="stop"),
+        BUSY,
+        CUSTOM_STOP,
+        Append(ACTIVE, KEY),
+    ),
+    (
+        "the default stop octagon no longer stops when the stop reaction is another",
+        reaction("octagonal_sign"),
+        BUSY,
+        CUSTOM_STOP,
+        Drop("not_addressed"),
+    ),
+    ("typed stop glyph", mention(text="🛑", command="stop"), BUSY, POLICY, Stop(ACTIVE)),
+    ("typed stop shortcode", mention(text=":octagonal_sign:"), BUSY, POLICY, Stop(ACTIVE)),
+    (
         "stop from an unauthorised user",
         mention(text="stop", command="stop", actor=MALLORY),
         BUSY,
@@ -450,3 +466,10 @@ def test_policy_maps_thread_to_repository_when_channel_is_mapped() -> None:
     assert policy.repo_for("slack", "slack:T1/C2/1.2") == "acme/web"
     assert policy.repo_for("github", "github:acme/cli#4") == "acme/cli"
     assert policy.repo_for("github", CI_THREAD) == "acme/api"
+
+
+def test_stop_words_come_from_config_only_when_configured_as_halt() -> None:
+    policy = RoutingPolicy.from_config(RoutingConfig(stop_words=("Halt",)), DaemonsConfig())
+    assert policy.is_stop(mention(text="halt!"))
+    assert not policy.is_stop(mention(text="cancel", command="stop"))
+    assert not policy.is_stop(mention(text="stop", command="stop"))

@@ -144,6 +144,13 @@ class Keel:
             signal, provider="github", delivery_id=delivery_id, raw_kind="check_run"
         )
 
+    async def first_parked(self) -> str:
+        """The role's task after its first event, parked for the next one."""
+        first = await self.event("Octocoders-linter", 1001, "d-lint")
+        assert first.task_id is not None
+        await self.parked(first.task_id, events=1)
+        return first.task_id
+
     async def parked(self, task_id: str, events: int, timeout: float = 20) -> Task:
         """The task once it waits again, having read ``events`` events in all."""
         return await self.until(task_id, lambda t, run: _parked(t, run, events), timeout)
@@ -227,13 +234,11 @@ async def test_daemon_task_takes_next_event_when_engine_restarts_while_it_waits(
     db_url: str, tmp_path: Path
 ) -> None:
     async with keel(db_url, tmp_path, role()) as before:
-        first = await before.event("Octocoders-linter", 1001, "d-lint")
-        assert first.task_id is not None
-        await before.parked(first.task_id, events=1)
+        first_id = await before.first_parked()
     async with keel(db_url, tmp_path, role()) as after:
         second = await after.event("unit-tests", 1002, "d-unit")
-        assert second.task_id == first.task_id
-        parked = await after.parked(first.task_id, events=2)
+        assert second.task_id == first_id
+        parked = await after.parked(first_id, events=2)
         assert parked.status is TaskStatus.waiting
         # The restarted worker's model saw the history the first process made.
         [resumed] = [r for r in after.provider.requests if r.turn == 2]
@@ -245,11 +250,9 @@ async def test_daemon_stops_on_request_when_it_is_waiting_for_events(
     db_url: str, tmp_path: Path
 ) -> None:
     async with keel(db_url, tmp_path, role()) as k:
-        first = await k.event("Octocoders-linter", 1001, "d-lint")
-        assert first.task_id is not None
-        await k.parked(first.task_id, events=1)
-        assert await k.scheduler.request_cancel(first.task_id, "operator", None)
-        ended = await k.finished(first.task_id)
+        first_id = await k.first_parked()
+        assert await k.scheduler.request_cancel(first_id, "operator", None)
+        ended = await k.finished(first_id)
         assert ended.status is TaskStatus.canceled
 
 
@@ -260,10 +263,8 @@ async def test_daemon_ends_with_summary_after_idle_lifetime_and_successor_follow
     db_url: str, tmp_path: Path
 ) -> None:
     async with keel(db_url, tmp_path, role(idle_lifetime_s=3600, role={"idle_lifetime_s": 1})) as k:
-        first = await k.event("Octocoders-linter", 1001, "d-lint")
-        assert first.task_id is not None
-        await k.parked(first.task_id, events=1)
-        ended = await k.finished(first.task_id, timeout=15)
+        first_id = await k.first_parked()
+        ended = await k.finished(first_id, timeout=15)
         assert ended.status is TaskStatus.succeeded
         assert ended.result is not None
         assert ended.result["outcome"] == "idle" and ended.result["events"] == 1
@@ -271,12 +272,12 @@ async def test_daemon_ends_with_summary_after_idle_lifetime_and_successor_follow
         assert "without a new event" in ended.result["summary"]
 
         successor = await k.event("integration", 1003, "d-integration")
-        assert successor.decision == "daemon" and successor.task_id != first.task_id
+        assert successor.decision == "daemon" and successor.task_id != first_id
         assert successor.task_id is not None
         started = await k.scheduler.get(successor.task_id)
         assert started is not None
         assert (started.follows_task_id, started.objective_key, started.agent) == (
-            first.task_id,
+            first_id,
             "daemon:ci-doctor",
             "daemon:ci-doctor",
         )
@@ -290,12 +291,10 @@ async def test_daemon_role_is_never_offered_a_denied_tool_and_a_forged_call_is_r
     db_url: str, tmp_path: Path
 ) -> None:
     async with keel(db_url, tmp_path, role()) as k:
-        first = await k.event("Octocoders-linter", 1001, "d-lint")
-        assert first.task_id is not None
-        await k.parked(first.task_id, events=1)
+        first_id = await k.first_parked()
         await k.event("unit-tests", 1002, "d-unit")
-        await k.parked(first.task_id, events=2)
-        calls = await k.db.read(lambda s: runs.all_calls(s, first.task_id))  # type: ignore[arg-type]
+        await k.parked(first_id, events=2)
+        calls = await k.db.read(lambda s: runs.all_calls(s, first_id))  # type: ignore[arg-type]
     [push] = [c for c in calls if c.name == "git_push"]
     assert push.outcome == "error" and push.result is not None and push.result["is_error"]
     assert not (tmp_path / "pushes.log").exists()  # the tool itself never ran
@@ -324,14 +323,12 @@ async def test_daemon_role_limits_end_its_run_when_one_event_takes_too_many_turn
 ) -> None:
     daemons = role(role={"limits": {"max_turns": 3}})
     async with keel(db_url, tmp_path, daemons, LOOPING) as k:
-        first = await k.event("Octocoders-linter", 1001, "d-lint")
-        assert first.task_id is not None
-        await k.parked(first.task_id, events=1)
+        first_id = await k.first_parked()
         # Two turns again: within the role's 3, though the task has now used 4 in all.
         await k.event("unit-tests", 1002, "d-unit")
-        await k.parked(first.task_id, events=2)
+        await k.parked(first_id, events=2)
         await k.event("integration", 1003, "d-integration")
-        ended = await k.finished(first.task_id)
+        ended = await k.finished(first_id)
     assert ended.status is TaskStatus.failed and ended.result is not None
     assert ended.result["outcome"] == "limit:max_turns"
     assert ended.result["summary"] == "stopped at a limit: max_turns (3)"
@@ -380,18 +377,16 @@ async def test_task_ui_shows_daemon_waiting_for_events_when_its_task_is_parked(
     db_url: str, tmp_path: Path
 ) -> None:
     async with keel(db_url, tmp_path, role()) as k:
-        first = await k.event("Octocoders-linter", 1001, "d-lint")
-        assert first.task_id is not None
-        await k.parked(first.task_id, events=1)
+        first_id = await k.first_parked()
         app = FastAPI()
         app.include_router(build_ui(k.db, auth=AdminAuth(ServerConfig()).ui))
         with serve(app) as server:
             async with httpx.AsyncClient(base_url=server.url) as client:
-                page = (await client.get(f"/ui/tasks/{first.task_id}")).text
+                page = (await client.get(f"/ui/tasks/{first_id}")).text
                 listing = (await client.get("/ui/tasks?status=waiting")).text
     assert 'data-daemon="ci-doctor" data-daemon-state="waiting"' in page
     assert "ci-doctor · waiting for events" in page
-    assert first.task_id in listing and "daemon · waiting for events" in listing
+    assert first_id in listing and "daemon · waiting for events" in listing
 
 
 def _texts(request: ModelRequest) -> list[str]:

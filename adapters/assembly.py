@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
@@ -221,11 +221,7 @@ class Keel:
         name = task.repo if task else None
         if not name:
             raise KeelError("this task has no repository")
-        repo = self.config.workspace.repositories.get(name)
-        if repo is None:
-            return name  # GitHub tasks carry owner/repo already
-        parts = [p for p in urlparse(repo.url).path.removesuffix(".git").split("/") if p]
-        return "/".join(parts[-2:])
+        return github_name(name)
 
     async def workspace_for(self, task: Task) -> Path | None:
         if task.root_id in self._paths:
@@ -385,3 +381,20 @@ def _thread_root(thread_ref: str) -> str:
     if thread_ref.startswith("github:"):
         return thread_ref.split(":comment", 1)[0]
     return thread_ref
+
+
+_GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
+
+
+def github_name(repo_key: str) -> str:
+    """The GitHub ``owner/name`` of a repository: its configured key, never its clone URL.
+
+    The URL may be a mirror, an SSH remote or a local path; only the key says which GitHub
+    repository pull requests and comments belong to.
+    """
+    if not _GITHUB_NAME.match(repo_key):
+        raise Permanent(
+            f"repository {repo_key!r} has no GitHub name: key it as owner/name in "
+            "workspace.repositories to use the GitHub tools"
+        )
+    return repo_key

@@ -90,9 +90,9 @@ def demo_tree(
         "model": {"provider": "scripted", "script": str(script_path)},
         "workspace": {
             "root": str(workdir / "workspaces"),
-            "repositories": {"shop": {"url": bare.as_uri(), "ref": "main"}},
+            "repositories": {REPO: {"url": bare.as_uri(), "ref": "main"}},
         },
-        "routing": {"channel_repos": {CHANNEL: "shop"}, "default_repo": "shop"},
+        "routing": {"channel_repos": {CHANNEL: REPO}, "default_repo": REPO},
         "worker": {"concurrency": 2, "poll_interval_s": 0.2, "lease_seconds": 10},
     }
 

@@ -270,7 +270,7 @@ async def _stop_open(
             targets.append((call, tool))
     if not targets:
         return calls
-    reason = await ctx.db.read(lambda s: stop_reason(s, task))
+    reason = await ctx.db.read(lambda s: _stop_reason(s, task))
     ended = await asyncio.gather(*(_cancel(task, ctx, c, t, reason) for c, t in targets))
     gone = {call.call_id for (call, _), done in zip(targets, ended, strict=True) if done}
     return [call for call in calls if call.call_id not in gone]
@@ -279,13 +279,18 @@ async def _stop_open(
 async def _cancel(
     task: Task, ctx: ExecutorContext, call: ToolCallRecord, tool: Cancellable, reason: str
 ) -> bool:
-    """End one call's work and settle it; False (the call stays open) if cancelling failed."""
+    """End one call's work and settle it; False if cancelling failed (the call stays open)."""
     ctx.faults.hit(f"stopping:{call.call_id}")
-    tool_ctx = await _tool_context(ctx, task, call)
     try:
+        tool_ctx = await _tool_context(ctx, task, call)
         outcome = await tool.cancel(call.handle, tool_ctx, reason)
-    except Exception:  # loop boundary: a failed cancel leaves the call awaited, as before
-        log.exception("cancelling %s of task %s failed", call.call_id, task.task_id)
+    except Exception:  # loop boundary: the call stays open, and the next tick tries again
+        log.exception(
+            "cancelling %s of task %s failed",
+            call.call_id,
+            task.task_id,
+            extra={"task_id": task.task_id},
+        )
         return False
     ctx.faults.hit(f"stopped:{call.call_id}")
     if isinstance(outcome, Stopped):
@@ -296,7 +301,7 @@ async def _cancel(
     return True
 
 
-def stop_reason(session: Transaction, task: Task) -> str:
+def _stop_reason(session: Transaction, task: Task) -> str:
     """Why the task stopped, in words: the first stop (or end) on it or up its ancestry."""
     row = q.get_task(session, task.task_id)
     whose = "task"

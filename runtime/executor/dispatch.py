@@ -4,11 +4,16 @@ A call is marked ``dispatching`` (committed) before its tool is invoked, so a cr
 evidence that the effect may have happened. Recovery of such a call: read → start again;
 wait → poll its handle (or start again: wait tools derive their work from the call id);
 write → ``reconcile`` or settle as ``interrupted``. The first settled result is authoritative.
+
+A stop starts nothing new, and ends what runs: an open call whose tool is ``Cancellable`` is
+cancelled (its result says what stopped it) at the first ``await_tools`` tick that sees the
+stop, by this worker or by the one that recovers the run; other open calls are awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,27 +26,39 @@ from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskStatus
 from runtime.store.runs import Run, ToolCallRecord
-from runtime.tools.base import Completed, Pending, Started, Tool, ToolContext, Unknown
+from runtime.tools.base import (
+    Cancellable,
+    Completed,
+    Pending,
+    Started,
+    Stopped,
+    Tool,
+    ToolContext,
+    Unknown,
+)
+
+log = logging.getLogger(__name__)
 
 CHILD_WAIT_TOOL = "wait_for_task"
 
 
 async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     calls = await _calls_of_turn(run, ctx)
-    await _recover(task, ctx, [c for c in calls if c.dispatch_state == "dispatching"])
     pending = [c for c in calls if c.dispatch_state == "pending"]
+    if run.stop_requested:
+        # Not recovering the dispatching calls here: await_tools ends or awaits them.
+        await _cancel_unstarted(task, ctx, pending)
+        return goto(run, "await_tools")
+    await _recover(task, ctx, [c for c in calls if c.dispatch_state == "dispatching"])
     if not pending:
         return goto(run, "await_tools")
-    if run.stop_requested:
-        await _cancel_unstarted(task, ctx, pending)
-        return goto(run, "report_stopped")
     limits = ctx.agent(task.agent).limits
     batch = pending[: limits.fanout]
     ids = [c.call_id for c in batch]
     deadline = await ctx.db.run(lambda s: _mark_unless_stopped(s, task, ctx, ids))
     if deadline is None:
         await _cancel_unstarted(task, ctx, pending)
-        return goto(run, "report_stopped")
+        return goto(run, "await_tools")
     for call in batch:
         ctx.faults.hit(f"dispatching:{call.call_id}")
     await asyncio.gather(*(_start(task, ctx, call, deadline) for call in batch))
@@ -69,8 +86,10 @@ def _mark_unless_stopped(
 
 async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     calls = await _calls_of_turn(run, ctx)
-    now = ctx.clock.now()
     open_calls = [c for c in calls if c.dispatch_state != "settled"]
+    if run.stop_requested and open_calls:
+        open_calls = await _stop_open(task, ctx, open_calls)
+    now = ctx.clock.now()
     for call in open_calls:
         if call.deadline_at is not None and call.deadline_at <= now:
             await _settle(task, ctx, call, "deadline", _deadline_result(call))
@@ -194,8 +213,7 @@ async def _record_outcome(
     match outcome:
         case Completed():
             ctx.faults.hit(f"started:{call.call_id}")
-            outcome_name = "error" if outcome.is_error else "ok"
-            await _settle(task, ctx, call, outcome_name, _completed_result(outcome), outcome)
+            await _settle_completed(task, ctx, call, outcome)
         case Started(handle=handle):
             await ctx.db.run(lambda s: runs.record_handle(s, task.task_id, call.call_id, handle))
             ctx.faults.hit(f"started:{call.call_id}")
@@ -210,8 +228,7 @@ async def _poll(task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> None:
     tool_ctx = await _tool_context(ctx, task, call)
     outcome = await _guarded(tool.poll(call.handle, tool_ctx))
     if isinstance(outcome, Completed):
-        outcome_name = "error" if outcome.is_error else "ok"
-        await _settle(task, ctx, call, outcome_name, _completed_result(outcome), outcome)
+        await _settle_completed(task, ctx, call, outcome)
 
 
 async def _recover(task: Task, ctx: ExecutorContext, calls: list[ToolCallRecord]) -> None:
@@ -242,6 +259,63 @@ async def _reconcile(task: Task, ctx: ExecutorContext, call: ToolCallRecord, too
     await _settle(task, ctx, call, "interrupted", {"output": output, "is_error": True})
 
 
+async def _stop_open(
+    task: Task, ctx: ExecutorContext, calls: list[ToolCallRecord]
+) -> list[ToolCallRecord]:
+    """Cancel the open calls whose tools can end their work; return the calls still open."""
+    targets: list[tuple[ToolCallRecord, Cancellable]] = []
+    for call in calls:
+        tool = _tool_of(ctx, task, call.name)
+        if call.dispatch_state in ("dispatching", "started") and isinstance(tool, Cancellable):
+            targets.append((call, tool))
+    if not targets:
+        return calls
+    reason = await ctx.db.read(lambda s: _stop_reason(s, task))
+    ended = await asyncio.gather(*(_cancel(task, ctx, c, t, reason) for c, t in targets))
+    gone = {call.call_id for (call, _), done in zip(targets, ended, strict=True) if done}
+    return [call for call in calls if call.call_id not in gone]
+
+
+async def _cancel(
+    task: Task, ctx: ExecutorContext, call: ToolCallRecord, tool: Cancellable, reason: str
+) -> bool:
+    """End one call's work and settle it; False if cancelling failed (the call stays open)."""
+    ctx.faults.hit(f"stopping:{call.call_id}")
+    try:
+        tool_ctx = await _tool_context(ctx, task, call)
+        outcome = await tool.cancel(call.handle, tool_ctx, reason)
+    except Exception:  # loop boundary: the call stays open, and the next tick tries again
+        log.exception(
+            "cancelling %s of task %s failed",
+            call.call_id,
+            task.task_id,
+            extra={"task_id": task.task_id},
+        )
+        return False
+    ctx.faults.hit(f"stopped:{call.call_id}")
+    if isinstance(outcome, Stopped):
+        result = {"output": outcome.output, "is_error": True}
+        await _settle(task, ctx, call, "canceled", result)
+    else:
+        await _settle_completed(task, ctx, call, outcome)
+    return True
+
+
+def _stop_reason(session: Transaction, task: Task) -> str:
+    """Why the task stopped, in words: the first stop (or end) on it or up its ancestry."""
+    row = q.get_task(session, task.task_id)
+    whose = "task"
+    while row is not None:
+        if row.cancel_requested_at is not None:
+            reason = row.cancel_reason or "stopped on request"
+            return reason if whose == "task" else f"{reason}, on a parent task"
+        if TaskStatus(row.status).is_terminal:
+            return f"the {whose} is {TaskStatus(row.status).value.replace('_', ' ')}"
+        row = q.get_task(session, row.parent_id) if row.parent_id else None
+        whose = "parent task"
+    return "the task is gone"
+
+
 async def _cancel_unstarted(task: Task, ctx: ExecutorContext, calls: list[ToolCallRecord]) -> None:
     for call in calls:
         result = {"output": "not started: the task was stopped", "is_error": True}
@@ -255,6 +329,13 @@ def _completed_result(outcome: Completed) -> dict[str, Any]:
 def _deadline_result(call: ToolCallRecord) -> dict[str, Any]:
     output = f"deadline: {call.name} did not finish in time; its work may still complete"
     return {"output": output, "is_error": True}
+
+
+async def _settle_completed(
+    task: Task, ctx: ExecutorContext, call: ToolCallRecord, outcome: Completed
+) -> None:
+    name = "error" if outcome.is_error else "ok"
+    await _settle(task, ctx, call, name, _completed_result(outcome), outcome)
 
 
 async def _settle(

@@ -211,7 +211,17 @@ async def report_stopped(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
             TaskStatus.timed_out, "the task passed its deadline", {"outcome": "timed_out"}
         )
     else:
-        result = TaskResult(TaskStatus.canceled, "stopped on request", {"outcome": "canceled"})
+        calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
+        # Calls a stop cut short, as opposed to calls it kept from starting.
+        ended = [c for c in calls if c.outcome == "canceled" and c.dispatched_at is not None]
+        summary = "stopped on request"
+        if ended:
+            summary += f"; ended while running: {', '.join(c.name for c in ended)}"
+        detail = {
+            "outcome": "canceled",
+            "ended": [{"call_id": c.call_id, "name": c.name} for c in ended],
+        }
+        result = TaskResult(TaskStatus.canceled, summary, detail)
     return _finish(run, task, ctx, result)
 
 

@@ -4,6 +4,10 @@ A tool's ``effect`` decides how a call found ``dispatching`` with no result is r
 ``read`` is started again, ``wait`` is polled with the same handle, ``write`` is reconciled if
 the tool can (``reconcile`` returns ``Completed``) and otherwise settled as interrupted.
 Tool failures are results for the model (``Completed(is_error=True)``), never exceptions.
+
+A tool whose started work outlives ``start`` (a command, say) may also be ``Cancellable``:
+when the task is stopped while such a call is open, the executor ends the work through
+``cancel`` instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ class Pending:
     """The work behind a handle has not finished yet."""
 
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The call's work was ended by a stop. ``output`` is what the model sees."""
+
+    output: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +91,18 @@ class Tool(Protocol):
     async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed: ...
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown: ...
+
+
+@runtime_checkable
+class Cancellable(Protocol):
+    """A tool that can end the work of an open call early.
+
+    ``cancel`` is called with the recorded handle, or None when a crash came between marking
+    the call dispatching and recording its handle; the tool then finds its work from
+    ``ctx.call_id`` and must make sure that a start that comes later starts nothing. It is
+    safe to repeat. ``Completed`` means the work had already ended on its own.
+    """
+
+    async def cancel(
+        self, handle: str | None, ctx: ToolContext, reason: str
+    ) -> Stopped | Completed: ...

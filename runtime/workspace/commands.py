@@ -5,7 +5,10 @@ The folder is the execution's whole record, so any process can find it again: ``
 ``stdout``, ``stderr``, ``finished_at`` and ``exit``. The wrapper runs in its own session
 (``setsid --fork``: a new session, reparented away from the worker) so it outlives the worker
 that launched it, and publishes ``exit`` with ``ln``, which fails if the file exists: the
-first of "the command ended" and "Keel gave up on it" (timeout, vanished process) wins, once.
+first of "the command ended" and "Keel gave up on it" (timeout, stop, vanished process) wins,
+once. A wrapper that finds ``exit`` already published after recording its pid runs nothing, so
+a stop that comes before the command started (even before it was launched) keeps it from
+ever starting.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from runtime.workspace.process import run_process
 from runtime.workspace.sandbox import EXEC_ROOT, HOME, Sandbox
 
 LAUNCH_GRACE_S = 30.0  # a folder with no pid after this long was never launched
-Outcome = Literal["exited", "timed_out", "lost"]
+Outcome = Literal["exited", "timed_out", "stopped", "lost"]
+_KEEL_VERDICTS: tuple[Outcome, ...] = ("timed_out", "stopped", "lost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ def wrapper_script(folder: Path, argv: list[str]) -> str:
             "exec </dev/null >/dev/null 2>&1",  # release the launcher's pipes at once
             f"d={d}",
             'echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"',
+            '[ -e "$d/exit" ] && exit 0',  # stopped before it began: after the pid, see stop()
             'date +%s.%N > "$d/started_at"',
             f'{shlex.join(argv)} > "$d/stdout" 2> "$d/stderr"',
             "rc=$?",
@@ -136,15 +141,31 @@ def check(run: CommandRun) -> Running | Finished:
     if not wrapper_alive(run, pid):
         return settle(run, -1, "lost")
     if elapsed > timeout_s:
-        kill_group(pid)
+        kill_tree(pid)
         return settle(run, -9, "timed_out")
     return Running(elapsed)
+
+
+def stop(run: CommandRun) -> Finished:
+    """End the execution now, whether it runs, is being launched, or was never launched.
+
+    The verdict is published before the pid is read, and the wrapper checks for a verdict
+    after publishing its pid: so either this sees the pid and kills the wrapper's processes,
+    or the wrapper sees the verdict and runs nothing. Claiming the folder first makes a launch
+    that comes later start nothing. If the command had already ended, that result stands.
+    """
+    run.folder.mkdir(parents=True, exist_ok=True)
+    finished = settle(run, -9, "stopped")
+    pid = _read_int(run.folder / "pid")
+    if finished.outcome == "stopped" and pid is not None and wrapper_alive(run, pid):
+        kill_tree(pid)
+    return finished
 
 
 def settle(run: CommandRun, exit_code: int, outcome: Outcome) -> Finished:
     """Publish Keel's own verdict unless the wrapper published the real exit first."""
     tmp = run.folder / f"exit.keel.{os.getpid()}"
-    tmp.write_text(f"{exit_code} {outcome}\n")
+    tmp.write_text(f"{exit_code} {outcome} {time.time()}\n")
     try:
         os.link(tmp, run.folder / "exit")
     except FileExistsError:
@@ -161,18 +182,54 @@ def read_exit(run: CommandRun) -> Finished | None:
         fields = (run.folder / "exit").read_text().split()
     except FileNotFoundError:
         return None
-    outcome: Outcome = "exited"
-    if len(fields) > 1 and fields[1] in ("timed_out", "lost"):
-        outcome = "timed_out" if fields[1] == "timed_out" else "lost"
+    outcome: Outcome = next((o for o in _KEEL_VERDICTS if fields[1:2] == [o]), "exited")
+    # Keel's verdicts carry the moment they were given; the wrapper records its own.
+    given_at = float(fields[2]) if len(fields) > 2 else None
     started = _read_float(run.folder / "started_at")
-    ended = _read_float(run.folder / "finished_at") or time.time()
+    ended = _read_float(run.folder / "finished_at") or given_at or time.time()
     duration = round(ended - started, 3) if started else 0.0
     return Finished(exit_code=int(fields[0]), outcome=outcome, duration_s=duration)
 
 
-def kill_group(pgid: int) -> None:
+def kill_tree(pid: int) -> None:
+    """SIGKILL the wrapper's process group and every process below it.
+
+    The group holds the command, bubblewrap and the sandbox (bubblewrap runs without
+    ``--new-session``); the walk also reaches what left the group (``setsid`` in a command,
+    a sandbox in its own session), as long as it has not been orphaned yet. The tree is read
+    before anything dies, because a killed parent's children are reparented out of it.
+    """
+    below = descendants(pid)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
+    for child in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, parents before children, read from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (parent := _parent_pid(entry)) is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found.extend(below)
+        frontier.extend(below)
+    return found
+
+
+def _parent_pid(proc_entry: Path) -> int | None:
+    try:
+        stat = (proc_entry / "stat").read_text()
+    except OSError:  # the process ended while we looked
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after it.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def wrapper_alive(run: CommandRun, pid: int) -> bool:

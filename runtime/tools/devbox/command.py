@@ -4,7 +4,8 @@ The handle is the execution id derived from the call id, so a worker that recove
 polls the same execution instead of starting a second one; ``start`` on an execution that
 already exists starts nothing. What the model sees is bounded (head and tail of each
 stream); the full logs stay in the execution folder. A command recognised as a test run
-yields ``test_run`` evidence with the counts its runner printed.
+yields ``test_run`` evidence with the counts its runner printed. A stop of the task cancels
+the call: the command's processes are killed, or, if it was not launched yet, it never is.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from runtime.testreport import (
     parse_junit_xml,
     parse_test_output,
 )
-from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
+from runtime.tools.base import (
+    Completed,
+    Effect,
+    Pending,
+    Started,
+    Stopped,
+    ToolContext,
+    Unknown,
+)
 from runtime.tools.devbox.calls import ToolArgs, prepare, refused, schema, workspace_of
 from runtime.workspace.commands import (
     CommandRun,
@@ -34,6 +43,7 @@ from runtime.workspace.commands import (
     launch,
     read_bounded,
     read_meta,
+    stop,
 )
 from runtime.workspace.paths import PathRefused, resolve_inside
 from runtime.workspace.sandbox import Sandbox
@@ -84,23 +94,36 @@ class RunCommand:
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         return Unknown("run_command is a wait tool: recovery polls its handle")
 
+    async def cancel(
+        self, handle: str | None, ctx: ToolContext, reason: str
+    ) -> Stopped | Completed:
+        ws = workspace_of(ctx)
+        if isinstance(ws, Completed):
+            return ws
+        run = CommandRun(ws, handle or execution_id(ctx.call_id))
+        if not _HANDLE.fullmatch(run.exec_id):
+            return refused(f"no command execution {run.exec_id!r} in this workspace")
+        finished = stop(run)
+        if finished.outcome != "stopped":
+            return self._report(run, finished)  # it ended on its own before the stop
+        return Stopped(self._output(run, finished, f"{verdict(finished, 0)} ({reason})"))
+
     def _report(self, run: CommandRun, finished: Finished) -> Completed:
         meta = read_meta(run)
+        output = self._output(run, finished, verdict(finished, meta.timeout_s if meta else 0))
         command = meta.command if meta else "(unrecorded command)"
-        output = "\n".join(
-            [
-                f"$ {command}",
-                verdict(finished, meta.timeout_s if meta else 0),
-                self._stream(run, "stdout"),
-                self._stream(run, "stderr"),
-            ]
-        )
         evidence = test_evidence(run, command, finished)
         return Completed(
             output=output,
             is_error=finished.outcome != "exited",
             evidence=(evidence,) if evidence else (),
         )
+
+    def _output(self, run: CommandRun, finished: Finished, outcome: str) -> str:
+        meta = read_meta(run)
+        command = meta.command if meta else "(unrecorded command)"
+        streams = [self._stream(run, "stdout"), self._stream(run, "stderr")]
+        return "\n".join([f"$ {command}", outcome, *streams])
 
     def _stream(self, run: CommandRun, stream: Literal["stdout", "stderr"]) -> str:
         path = run.log_path(stream)
@@ -116,6 +139,10 @@ def verdict(finished: Finished, timeout_s: float) -> str:
             return f"exit code {finished.exit_code} after {finished.duration_s:.1f}s"
         case "timed_out":
             return f"timed out after {timeout_s:.0f}s; its process group was killed"
+        case "stopped" if finished.duration_s > 0:
+            return f"stopped after {finished.duration_s:.1f}s; its process group was killed"
+        case "stopped":
+            return "stopped before it started; it never ran"
         case "lost":
             return "the process ended without recording an exit code (killed outside Keel?)"
 

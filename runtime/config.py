@@ -7,6 +7,7 @@ and the loader (``${VAR}`` substitution, translation of errors into ``ConfigErro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
 )
 
@@ -200,9 +202,35 @@ class WorkspaceConfig(ConfigSection):
         return f"workspace: {self.root}, sandbox {self.sandbox}, repositories: {repos}"
 
 
+_FALLBACK_FORMS = {
+    "slack": (
+        re.compile(r"^slack:[^\s/:]+/[^\s/:]+/\d+\.\d+$"),
+        "slack:<team id>/<channel id>/<thread ts>, "
+        "e.g. slack:T0123ABCD/C0123456789/1700000000.000100",
+    ),
+    "github": (
+        re.compile(r"^github:[\w.-]+/[\w.-]+#\d+$"),
+        "github:<owner>/<repo>#<issue number>, e.g. github:acme/ops#1",
+    ),
+}
+
+
 class FallbackConfig(ConfigSection):
+    """Where a reply goes when its own thread refuses it: one existing thread of a surface."""
+
     surface: Literal["slack", "github"]
     thread_ref: str = Field(min_length=1)
+
+    @field_validator("thread_ref")
+    @classmethod
+    def _thread_of_surface(cls, thread_ref: str, info: ValidationInfo) -> str:
+        surface = info.data.get("surface")
+        if surface not in _FALLBACK_FORMS:
+            return thread_ref  # the surface itself is already reported as invalid
+        pattern, form = _FALLBACK_FORMS[surface]
+        if not pattern.match(thread_ref):
+            raise ValueError(f"{thread_ref!r} is not a {surface} thread; expected {form}")
+        return thread_ref
 
 
 class ReportingConfig(ConfigSection):

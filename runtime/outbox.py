@@ -73,15 +73,13 @@ class OutboxDispatcher:
         return sum(results)
 
     async def _send(self, post: OutboxPost) -> int:
+        if post.state == "stale" and post.landed_on:
+            return await self._edit(post, post.landed_on)
         surface = self.surfaces.get(post.surface)
         if surface is None:
             await self._fail(post, f"surface {post.surface!r} is not configured", permanent=True)
             return 0
         try:
-            if post.state == "stale" and post.landed_on:
-                await surface.update(_posted(post), post.body)
-                await self._landed(post, post.landed_on)
-                return 1
             recovering = post.state == "sending"
             await self.db.run(
                 lambda s: outbox.mark(
@@ -95,6 +93,26 @@ class OutboxDispatcher:
         except Permanent as e:
             return await self._to_fallback(post, e)
         await self._landed(post, f"{ref.surface}:{ref.ref}")
+        return 1
+
+    async def _edit(self, post: OutboxPost, landed_on: str) -> int:
+        """A newer body for a message already posted, sent to wherever that message landed."""
+        posted = _posted(post)
+        surface = self.surfaces.get(posted.surface)
+        if surface is None:
+            await self._fail(post, f"surface {posted.surface!r} is not configured", permanent=True)
+            return 0
+        fell_back = landed_on.startswith("fallback:")
+        body = f"{_fallback_note(post)}\n\n{post.body}" if fell_back else post.body
+        try:
+            await surface.update(posted, body)
+        except Retryable as e:
+            await self._retry(post, e)
+            return 0
+        except Permanent as e:
+            await self._fail(post, f"edit of {posted.surface}:{posted.ref}: {e}", permanent=True)
+            return 0
+        await self._landed(post, landed_on)
         return 1
 
     async def _deliver(self, surface: Surface, post: OutboxPost, recovering: bool) -> PostedRef:
@@ -147,7 +165,7 @@ class OutboxDispatcher:
         if fallback is None or target is None or post.action == "react":
             await self._fail(post, str(error), permanent=True)
             return 0
-        text = f"(Could not post in {post.thread_ref}: {error})\n\n{post.body}"
+        text = f"{_fallback_note(post, error)}\n\n{post.body}"
         try:
             ref = await target.post(fallback.thread_ref, text, key=post.key)
         except (Retryable, Permanent) as e:
@@ -171,3 +189,8 @@ def _posted(post: OutboxPost) -> PostedRef:
     if surface == "fallback":
         surface, _, ref = ref.partition(":")
     return PostedRef(surface, ref)
+
+
+def _fallback_note(post: OutboxPost, error: Exception | None = None) -> str:
+    reason = f": {error}" if error is not None else ""
+    return f"(Could not post in {post.thread_ref}{reason})"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from runtime.clock import ManualClock
 from runtime.errors import Permanent, Retryable
 from runtime.evidence import EvidenceItem, Strength
@@ -13,7 +15,7 @@ from runtime.scheduler import Scheduler
 from runtime.store import outbox, runs
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
-from runtime.surfaces import PostedRef
+from runtime.surfaces import PostedRef, Surface
 from tests.factories import make_spec
 
 
@@ -161,3 +163,80 @@ async def test_daemon_no_op_stays_silent(database: Database) -> None:
     database.run_sync(lambda s: reporter.on_finished(s, task, result))
     assert database.run_sync(lambda s: outbox.posts_of_task(s, task.task_id)) == []
     assert database.run_sync(lambda s: runs.evidence_of_tree(s, task.root_id)) == []
+
+
+@pytest.mark.parametrize(
+    ("origin_name", "origin_ref", "fallback_name", "fallback_ref"),
+    [
+        ("slack", "slack:T1/C1/1.0", "github", "github:acme/ops#1"),
+        ("github", "github:acme/shop#7", "slack", "slack:T1/COPS/1700000000.000100"),
+        ("slack", "slack:T1/C1/1.0", "slack", "slack:T1/COPS/1700000000.000100"),
+    ],
+    ids=["slack-to-github", "github-to-slack", "slack-to-slack"],
+)
+async def test_post_and_its_later_edits_go_to_the_fallback_surface(
+    database: Database, origin_name: str, origin_ref: str, fallback_name: str, fallback_ref: str
+) -> None:
+    clock = ManualClock()
+    fallback = FakeSurface(name=fallback_name)
+    surfaces: dict[str, Surface] = {
+        # The origin's thread is gone; on the same surface, other threads still accept posts.
+        origin_name: _RefusingThread(fallback, refused=origin_ref)
+        if origin_name == fallback_name
+        else FakeSurface(name=origin_name, fail_with=Permanent("channel_not_found")),
+        **({} if origin_name == fallback_name else {fallback_name: fallback}),
+    }
+    dispatcher = OutboxDispatcher(
+        database, surfaces, clock, fallback=Fallback(fallback_name, fallback_ref)
+    )
+    task_id = await _task(database)
+    database.run_sync(
+        lambda s: outbox.enqueue_post(
+            s,
+            task_id=task_id,
+            purpose="progress",
+            surface=origin_name,
+            thread_ref=origin_ref,
+            key="progress-1",
+            action="post",
+            body="working: step 1",
+            now=clock.now(),
+        )
+    )
+    await dispatcher.run_once()
+    [(thread, text, _)] = fallback.posts
+    assert thread == fallback_ref
+    assert text.startswith(f"(Could not post in {origin_ref}: channel_not_found)")
+    database.run_sync(lambda s: outbox.set_body(s, "progress-1", "working: step 2"))
+    clock.advance(5)
+    await dispatcher.run_once()
+    [(edited_ref, edited)] = fallback.updates  # edited where it landed, not on the origin
+    assert edited_ref == "C1:1"
+    assert edited.startswith(f"(Could not post in {origin_ref})") and edited.endswith("step 2")
+    assert len(fallback.posts) == 1  # no second message
+    [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
+    assert row.state == "landed" and row.landed_on == f"fallback:{fallback_name}:C1:1"
+
+
+@dataclass
+class _RefusingThread:
+    """One surface whose origin thread is gone but whose other threads accept posts."""
+
+    inner: FakeSurface
+    refused: str
+
+    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+        if thread_ref == self.refused:
+            raise Permanent("channel_not_found")
+        return await self.inner.post(thread_ref, text, key=key)
+
+    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
+        if thread_ref == self.refused:
+            return None
+        return await self.inner.find_post(thread_ref, key=key)
+
+    async def update(self, posted: PostedRef, text: str) -> None:
+        await self.inner.update(posted, text)
+
+    async def react(self, thread_ref: str, emoji: str) -> None:
+        await self.inner.react(thread_ref, emoji)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pydantic
 import pytest
+import yaml
 
 from adapters.config import AppConfig, build_config, describe, load_config
 from runtime.errors import ConfigError
@@ -439,3 +440,49 @@ def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> Non
                if x.startswith("server:")]
     assert "/metrics public" in line
     assert "/metrics public" not in describe(build_config({}, {}))[1]
+
+
+@pytest.mark.parametrize(
+    ("surface", "thread_ref", "expected"),
+    [
+        ("slack", "C0123456789", "slack:<team id>/<channel id>/<thread ts>"),
+        ("slack", "github:acme/ops#1", "slack:<team id>/<channel id>/<thread ts>"),
+        ("github", "acme/ops#1", "github:<owner>/<repo>#<issue number>"),
+        ("github", "slack:T1/C1/1700000000.000100", "github:<owner>/<repo>#<issue number>"),
+    ],
+)
+def test_fallback_thread_ref_must_be_a_thread_of_its_surface(
+    surface: str, thread_ref: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        build_config({"reporting": {"fallback": {"surface": surface, "thread_ref": thread_ref}}})
+    message = str(raised.value)
+    assert message.startswith("reporting.fallback.thread_ref: ")
+    assert f"is not a {surface} thread; expected {expected}" in message
+
+
+def test_fallback_example_in_app_yaml_is_accepted() -> None:
+    [line] = [
+        line
+        for line in (Path(__file__).parents[2] / "app.yaml").read_text().splitlines()
+        if line.strip().startswith("# fallback:")
+    ]
+    example = yaml.safe_load(line.strip().removeprefix("#"))
+    config = build_config({"reporting": example})
+    assert config.reporting.fallback is not None
+    assert config.reporting.fallback.thread_ref == example["fallback"]["thread_ref"]
+
+
+def test_fallback_forms_accepted_at_load_are_ones_the_surfaces_can_post_to() -> None:
+    from adapters.github.client import parse_issue_ref
+    from adapters.slack.surface import parse_thread_ref
+
+    slack = build_config(
+        {"reporting": {"fallback": {"surface": "slack", "thread_ref": "slack:T1/C2/1700.0001"}}}
+    )
+    github = build_config(
+        {"reporting": {"fallback": {"surface": "github", "thread_ref": "github:a/b.c#12"}}}
+    )
+    assert slack.reporting.fallback and github.reporting.fallback
+    assert parse_thread_ref(slack.reporting.fallback.thread_ref).channel == "C2"
+    assert parse_issue_ref(github.reporting.fallback.thread_ref).number == 12

@@ -17,6 +17,7 @@ from runtime.evidence import EvidenceItem, Strength
 from runtime.store import outbox, runs
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
+from runtime.store.runs import ToolCallRecord
 
 PHASE_LABELS = {
     "load_context": "reading the request",
@@ -115,7 +116,7 @@ class ThreadReporter:
             return  # a daemon's no-op stays silent
         calls = runs.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
-        body = completion_text(result, evidence, uncertain)
+        body = completion_text(result, evidence, uncertain, refused=refused_writes(calls))
         now = self.clock.now()
         outbox.enqueue_post(
             session,
@@ -147,13 +148,28 @@ def progress_text(task: Task, step: str) -> str:
     return f"⏳ Working on it: {step}"
 
 
+def refused_writes(calls: Sequence[ToolCallRecord]) -> list[str]:
+    """Writes whose last attempt did not succeed: the artifact they were for is missing."""
+    last: dict[str, str | None] = {}
+    for call in sorted(calls, key=lambda c: (c.turn, c.idx)):
+        if call.effect == "write":
+            last[call.name] = call.outcome
+    return [name for name, outcome in last.items() if outcome in ("error", "deadline")]
+
+
 def completion_text(
-    result: TaskResult, evidence: Sequence[EvidenceItem], uncertain: Sequence[str]
+    result: TaskResult,
+    evidence: Sequence[EvidenceItem],
+    uncertain: Sequence[str],
+    *,
+    refused: Sequence[str] = (),
 ) -> str:
-    lines = [_headline(result)]
+    """The final reply; its headline is only as confident as the evidence below it."""
+    shown = newest_per_ref(evidence)
+    doubtful = bool(uncertain or refused) or any(_unconfirmed(item) for item in shown)
+    lines = [_headline(result, doubtful)]
     if result.summary:
         lines += ["", result.summary.strip()]
-    shown = newest_per_ref(evidence)
     if shown:
         lines += ["", "*Evidence*"] + [f"• {describe_evidence(item)}" for item in shown]
     elif result.status is TaskStatus.succeeded:
@@ -165,13 +181,28 @@ def completion_text(
             f"⚠️ Uncertain: {names} was interrupted after dispatch; whether it took "
             "effect is unknown and it was not repeated.",
         ]
+    if refused:
+        names = ", ".join(sorted(set(refused)))
+        lines += ["", f"⚠️ Not done: {names} did not succeed, so what it was for is missing."]
     return "\n".join(lines)
 
 
-def _headline(result: TaskResult) -> str:
+_WRITES = frozenset({"commit", "pull_request", "comment"})
+
+
+def _unconfirmed(item: EvidenceItem) -> bool:
+    """A written artifact nobody read back, or CI that is not verified green."""
+    if item.kind in _WRITES:
+        return item.strength < Strength.provider_read_back
+    return item.kind == "ci_run" and item.strength < Strength.verified
+
+
+def _headline(result: TaskResult, doubtful: bool) -> str:
     outcome = str(result.detail.get("outcome", ""))
     if outcome.startswith("limit:"):
         return f"🛑 I stopped at a limit ({outcome.removeprefix('limit:')})."
+    if result.status is TaskStatus.succeeded and doubtful:
+        return "⚠️ Finished, but not everything is confirmed: see below."
     return {
         TaskStatus.succeeded: "✅ Done.",
         TaskStatus.failed: "❌ I could not finish this.",

@@ -183,7 +183,7 @@ def _check(slack: SlackState, root_ts: str, posts: list[Any]) -> list[str]:
     if root is None or root.reactions.get("eyes") != [slack.bot_user_id]:
         problems.append("expected exactly one 👀 from keel on the mention")
     replies = [m for m in slack.thread(CHANNEL, root_ts) if m.bot_id]
-    completion = [m for m in replies if m.text.startswith(("✅", "❌", "🛑", "⏹", "⌛"))]
+    completion = [m for m in replies if m.text.startswith(("✅", "⚠️", "❌", "🛑", "⏹", "⌛"))]
     progress = [m for m in replies if m.text.startswith("⏳")]
     if len(completion) != 1:
         problems.append(f"expected one completion reply, found {len(completion)}")

@@ -120,6 +120,7 @@ class Keel:
             ack=cfg.reporting.ack,
             ack_emoji=cfg.reporting.ack_emoji,
             progress=cfg.reporting.progress,
+            public_url=cfg.server.public_url,
         )
         if self.db.is_postgres:
             self._listener = PgListener(url, notifier)

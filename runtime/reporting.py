@@ -54,6 +54,12 @@ class ReportingPolicy:
     ack: str = "reaction"  # reaction | reply
     ack_emoji: str = "eyes"
     progress: bool = True
+    public_url: str | None = None  # where people reach Keel's UI; replies link their task there
+
+    def task_link(self, task_id: str) -> str | None:
+        if not self.public_url:
+            return None
+        return f"{self.public_url.rstrip('/')}/ui/tasks/{task_id}"
 
 
 def enqueue_ack(
@@ -117,6 +123,9 @@ class ThreadReporter:
         calls = runs.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
         body = completion_text(result, evidence, uncertain, refused=refused_writes(calls))
+        link = self.policy.task_link(task.task_id)
+        if link:
+            body += f"\n\nTask details: {link}"
         now = self.clock.now()
         outbox.enqueue_post(
             session,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runtime.clock import ManualClock
 from runtime.evidence import EvidenceItem, Strength
-from runtime.reporting import ThreadReporter, completion_text
+from runtime.reporting import ReportingPolicy, ThreadReporter, completion_text
 from runtime.scheduler import Scheduler
 from runtime.store import outbox, runs
 from runtime.store.engine import Database
@@ -77,3 +78,39 @@ def _record_calls(session: Any, task: Task, clock: ManualClock) -> None:
         )
         runs.settle(session, task.task_id, call_id, outcome=outcome, result=result, now=clock.now())
     runs.add_evidence(session, task.task_id, task.root_id, "c1", LOCAL, clock.now())
+
+
+@pytest.mark.parametrize("public_url", ["https://keel.example.com/", None])
+async def test_completion_links_the_task_page_when_public_url_is_set(
+    database: Database, public_url: str | None
+) -> None:
+    clock = ManualClock()
+    task = (await Scheduler(database, clock=clock).schedule(make_spec())).task
+    reporter = ThreadReporter(clock, ReportingPolicy(public_url=public_url))
+    database.run_sync(lambda s: reporter.on_finished(s, task, OK))
+    [post] = [
+        p
+        for p in database.run_sync(lambda s: outbox.posts_of_task(s, task.task_id))
+        if p.purpose == "completion"
+    ]
+    link = f"https://keel.example.com/ui/tasks/{task.task_id}"
+    if public_url:
+        assert post.body.endswith(f"Task details: {link}")
+    else:
+        assert "Task details" not in post.body and "/ui/tasks/" not in post.body
+
+
+def test_server_public_url_reaches_the_reporter(db_url: str, tmp_path: Path) -> None:
+    from adapters.assembly import Keel
+    from adapters.config import build_config
+
+    tree = {
+        "database": {"url": db_url},
+        "server": {"public_url": "https://keel.example.com"},
+        "workspace": {"root": str(tmp_path / "ws")},
+    }
+    keel = Keel(build_config(tree, env={}))
+    try:
+        assert keel.reporting.task_link("t1") == "https://keel.example.com/ui/tasks/t1"
+    finally:
+        keel.db.close()

@@ -44,9 +44,11 @@ class Finished:
     duration_s: float
 
 
-def execution_id(call_id: str) -> str:
-    """Stable across processes: recovery of the same call finds the same execution."""
-    return hashlib.sha256(call_id.encode()).hexdigest()[:16]
+def execution_id(task_id: str, call_id: str) -> str:
+    """Stable across processes: recovery of the same call finds the same execution. The task
+    is part of it because call ids are only unique within a task, and a child task shares its
+    parent's workspace: the same call id there must not find the parent's execution."""
+    return hashlib.sha256(f"{task_id}\0{call_id}".encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

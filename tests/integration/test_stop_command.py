@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from runtime.tools.devbox import RunCommand
 from runtime.workspace.commands import CommandRun, execution_id, wrapper_script
 from runtime.workspace.sandbox import Sandbox
 from tests.factories import make_spec
+from tests.host import require_bwrap
 from tests.integration.keel_live import CHANNEL, PERSON, live_keel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,10 +41,8 @@ STOP_BOUND_S = 5.0  # the promise: a stopped command is dead within this long
 
 
 def _usable(mode: str) -> str:
-    if mode == "bwrap" and shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bubblewrap is missing under CI; .ci/run should have installed it")
-        pytest.skip("bubblewrap is not installed")
+    if mode == "bwrap":
+        require_bwrap()
     return mode
 
 
@@ -226,9 +224,7 @@ async def _ended(scheduler: Scheduler, task_id: str, timeout: float = 30) -> Non
     await _until(terminal, timeout, "the task never ended")
 
 
-async def _canceled_call(
-    db: Database, scheduler: Scheduler, task_id: str
-) -> runs.ToolCallRecord:
+async def _canceled_call(db: Database, scheduler: Scheduler, task_id: str) -> runs.ToolCallRecord:
     """The task's one call, once both it and the task are canceled; closes ``db``."""
     final = await scheduler.get(task_id)
     call = await _only_call(db, task_id)
@@ -306,7 +302,7 @@ async def test_command_never_starts_when_recovered_after_stop_without_a_handle(
     assert call.handle is None
     assert "stopped before it started" in (call.result or {})["output"]
     assert not _sleepers(seconds)
-    [folder] = (tmp_path / "ws").rglob(f".keel/exec/{execution_id('call_0_0')}")
+    [folder] = (tmp_path / "ws").rglob(f".keel/exec/{execution_id(task.task_id, 'call_0_0')}")
     assert not (folder / "pid").exists()  # no wrapper was ever launched
 
 
@@ -325,17 +321,37 @@ async def test_later_start_runs_nothing_when_stopped_before_launch(ws: Path) -> 
     stopped = await tool.cancel(None, ctx, "stop from dana")
     assert isinstance(stopped, Stopped) and "stopped before it started" in stopped.output
     started = await tool.start({"command": "echo ran > ran.txt"}, ctx)
-    assert started == Started(handle=execution_id("call-x"))
+    assert started == Started(handle=execution_id("t", "call-x"))
     await asyncio.sleep(0.5)
     polled = await tool.poll(started.handle, ctx)
     assert isinstance(polled, Completed) and polled.is_error and "it never ran" in polled.output
     assert not (ws / "ran.txt").exists()
 
 
+async def test_same_call_id_in_two_tasks_runs_twice_when_workspace_shared(ws: Path) -> None:
+    """A child shares its parent's workspace and scripted call ids repeat across tasks: the
+    child's call must run its own command, not report the parent's execution."""
+    tool = RunCommand(Sandbox(mode="none"))
+    parent, child = (ToolContext(t, "r", "call_0_0", workspace=ws) for t in ("parent", "child"))
+    outputs = []
+    for ctx, word in ((parent, "from-parent"), (child, "from-child")):
+        started = await tool.start({"command": f"echo {word}"}, ctx)
+        assert isinstance(started, Started)
+        for _ in range(200):
+            polled = await tool.poll(started.handle, ctx)
+            if isinstance(polled, Completed):
+                outputs.append(polled.output)
+                break
+            await asyncio.sleep(0.05)
+    assert len(outputs) == 2
+    assert "from-parent" in outputs[0] and "from-child" in outputs[1]
+    assert "from-parent" not in outputs[1].split("\n", 1)[1]
+
+
 async def test_wrapper_runs_nothing_when_stop_lands_before_its_pid(ws: Path) -> None:
     """The launch race: the stop's verdict is out before the wrapper publishes its pid, so the
     stop saw no pid to kill; the wrapper must then see the verdict and not run the command."""
-    run = CommandRun(ws, execution_id("call-race"))
+    run = CommandRun(ws, execution_id("t", "call-race"))
     run.folder.mkdir(parents=True)
     tool, ctx = RunCommand(), ToolContext("t", "r", "call-race", workspace=ws)
     assert isinstance(await tool.cancel(run.exec_id, ctx, "stop"), Stopped)

@@ -74,7 +74,7 @@ class RunCommand:
         if isinstance(prepared, Completed):
             return prepared
         parsed, ws = prepared
-        run = CommandRun(ws, execution_id(ctx.call_id))
+        run = CommandRun(ws, execution_id(ctx.task_id, ctx.call_id))
         await launch(run, parsed.command, parsed.timeout_s, self.sandbox)
         return Started(handle=run.exec_id)
 
@@ -100,7 +100,7 @@ class RunCommand:
         ws = workspace_of(ctx)
         if isinstance(ws, Completed):
             return ws
-        run = CommandRun(ws, handle or execution_id(ctx.call_id))
+        run = CommandRun(ws, handle or execution_id(ctx.task_id, ctx.call_id))
         if not _HANDLE.fullmatch(run.exec_id):
             return refused(f"no command execution {run.exec_id!r} in this workspace")
         finished = stop(run)

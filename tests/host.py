@@ -1,0 +1,39 @@
+"""What a test needs from the host (bubblewrap), and commands run to the end on it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runtime.tools.base import Completed, ToolContext
+from runtime.tools.devbox import RunCommand
+from runtime.workspace.sandbox import Sandbox
+
+
+def require_bwrap() -> None:
+    """Skip without bubblewrap, except under CI, where its absence is a failure."""
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("bubblewrap is missing under CI; .ci/run should have installed it")
+        pytest.skip("bubblewrap is not installed")
+
+
+async def run_to_end(sandbox: Sandbox, ws: Path, command: str, timeout_s: float = 60) -> Completed:
+    """Run ``command`` with the devbox tool in ``ws`` and poll until it reports."""
+    tool = RunCommand(sandbox)
+    ctx = ToolContext("task-1", ws.name, f"call-{uuid.uuid4().hex}", workspace=ws)
+    started = await tool.start({"command": command, "timeout_s": timeout_s}, ctx)
+    assert not isinstance(started, Completed), started
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = await tool.poll(started.handle, ctx)
+        if isinstance(result, Completed):
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError("command did not finish")

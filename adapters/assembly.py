@@ -37,7 +37,7 @@ from runtime.notifier import Notifier
 from runtime.outbox import Fallback, OutboxDispatcher
 from runtime.reporting import ReportingPolicy, ThreadReporter, enqueue_ack
 from runtime.scheduler import Scheduler
-from runtime.store.engine import Database, resolve_url
+from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
 from runtime.store.listen import PgListener
 from runtime.store.migrate import upgrade
 from runtime.store.outbox import enqueue_post
@@ -115,7 +115,12 @@ class Keel:
             self.db, clock=self.clock, notifier=notifier, lease_seconds=cfg.worker.lease_seconds
         )
         self.router = Router(self.scheduler, self.db, self._policy(), self.clock)
-        self.workspaces = Workspaces(cfg.workspace.root, cfg.workspace.sandbox)
+        self.workspaces = Workspaces(
+            cfg.workspace.root,
+            cfg.workspace.sandbox,
+            readonly_paths=cfg.workspace.readonly_paths,
+            hidden=_keel_files(cfg, url),
+        )
         self.reporting = ReportingPolicy(
             ack=cfg.reporting.ack,
             ack_emoji=cfg.reporting.ack_emoji,
@@ -385,6 +390,15 @@ def _thread_root(thread_ref: str) -> str:
 
 
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
+
+
+def _keel_files(cfg: AppConfig, database_url: str) -> list[Path]:
+    """What repository code must never see: the configuration and the SQLite database."""
+    files = [cfg.path] if cfg.path else []
+    database = sqlite_file(database_url)
+    if database is not None:
+        files += [database.with_name(database.name + suffix) for suffix in SQLITE_SUFFIXES]
+    return [f.absolute() for f in files]
 
 
 def github_name(repo_key: str) -> str:

@@ -200,6 +200,7 @@ class AppConfig(ConfigSection):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     # Which env var each dotted path was read from, so describe() can name it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+    _path: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> AppConfig:
@@ -210,6 +211,11 @@ class AppConfig(ConfigSection):
 
     def source_of(self, path: str) -> str:
         return self._sources.get(path, path)
+
+    @property
+    def path(self) -> Path | None:
+        """The file this configuration was loaded from (None for built-in defaults)."""
+        return self._path
 
 
 def _unknown_agents(config: AppConfig) -> list[str]:
@@ -259,7 +265,9 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AppCo
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from e
-    return build_config(_parse_yaml(text, str(path)), env)
+    config = build_config(_parse_yaml(text, str(path)), env)
+    config._path = Path(path).absolute()
+    return config
 
 
 def build_config(tree: object, env: Mapping[str, str] | None = None) -> AppConfig:

@@ -195,7 +195,17 @@ class RepositoryConfig(ConfigSection):
 class WorkspaceConfig(ConfigSection):
     root: Path = Path("./.keel/workspaces")
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    # Toolchains outside the system directories and PATH (e.g. ~/.rustup), shown read-only.
+    readonly_paths: list[Path] = Field(default_factory=list)
     repositories: dict[Key, RepositoryConfig] = Field(default_factory=dict)
+
+    @field_validator("readonly_paths")
+    @classmethod
+    def _absolute(cls, paths: list[Path]) -> list[Path]:
+        relative = [str(p) for p in paths if not p.is_absolute()]
+        if relative:
+            raise ValueError(f"must be absolute paths, got {', '.join(relative)}")
+        return paths
 
     def describe(self, source: SourceOf) -> str:
         repos = ", ".join(self.repositories) or "none configured"

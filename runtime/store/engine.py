@@ -41,17 +41,25 @@ def resolve_url(configured: str | None) -> str:
     return os.environ.get("KEEL_DATABASE_URL") or configured or DEFAULT_URL
 
 
-def missing_sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL names, if it does not exist yet. Opening the URL would create it
-    empty, so commands that only read or operate on existing data check this first."""
+SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")  # the database file and its companions
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None for other backends, memory and URI filenames)."""
     parsed = make_url(url)
     database = parsed.database
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return None
     if database.startswith("file:"):
         return None  # a URI filename: its own mode= parameter decides
-    path = Path(database)
-    return None if path.exists() else path
+    return Path(database)
+
+
+def missing_sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names, if it does not exist yet. Opening the URL would create it
+    empty, so commands that only read or operate on existing data check this first."""
+    path = sqlite_file(url)
+    return None if path is None or path.exists() else path
 
 
 def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:

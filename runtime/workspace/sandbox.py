@@ -1,12 +1,23 @@
 """How a devbox command is confined: bubblewrap isolation, a scrubbed environment, rlimits.
 
 ``auto`` uses bubblewrap when it is installed and works here, and otherwise falls back to
-``none`` with one warning per process; ``bwrap`` insists on it. Under bubblewrap the whole
-filesystem is read-only except the workspace and a private ``/tmp`` (the toolchains on PATH
-that live under the host's ``/tmp`` stay visible, read-only; within the workspace
-the execution records stay read-only, so a command cannot forge its own exit code), the
-network is a fresh empty namespace unless allowed, and the environment is rebuilt from an
-allow-list so no Keel, Slack, GitHub or model-provider secret reaches repository code.
+``none`` with one warning per process; ``bwrap`` insists on it.
+
+Under bubblewrap a command sees a filesystem built for it, not the host's:
+
+- the system directories read-only (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``), with
+  the host's secrets in ``/etc`` (shadow files, sudoers, SSH host keys, ``/etc/keel``) masked;
+- its own workspace read-write, with the execution records inside it read-only (a command
+  cannot forge its own exit code), and a private ``/tmp`` kept in the workspace;
+- the toolchains on PATH read-only: each PATH directory, a virtualenv's whole root and the
+  prefix of its interpreter, a pyenv root for its shims, and the same for any virtualenv
+  inside the workspace; plus the configured ``workspace.readonly_paths``;
+- a fresh ``/dev`` and a ``/proc`` of its own PID namespace.
+
+Nothing else exists inside: not ``/root``, ``/home``, ``/var/lib``, other workspaces, nor
+Keel's database or configuration (``hidden``, masked again should a toolchain path contain
+them). The network is a fresh empty namespace unless allowed, and the environment is rebuilt
+from an allow-list so no Keel, Slack, GitHub or model-provider secret reaches repository code.
 Resource limits (CPU seconds, address space, file size, which also bounds the captured
 output) apply in both modes through ``prlimit``.
 """
@@ -17,7 +28,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -31,7 +42,14 @@ SandboxMode = Literal["auto", "bwrap", "none"]
 Isolation = Literal["bwrap", "none"]
 SECRET_PREFIXES = ("KEEL_", "SLACK_", "GITHUB_", "GH_", "OPENAI_", "ANTHROPIC_", "AWS_")
 HOME = Path(".keel") / "home"  # inside the workspace but excluded from commits
+TMP = Path(".keel") / "tmp"  # the command's /tmp
 EXEC_ROOT = Path(".keel") / "exec"  # execution records: read-only to the commands they record
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+ETC_SECRETS = (
+    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+    "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd", "/etc/keel",
+)
 
 _bwrap_works: bool | None = None
 _warned_fallback = False
@@ -50,6 +68,8 @@ class Sandbox:
     network: bool = False
     limits: Limits = Limits()
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    readonly_paths: tuple[Path, ...] = ()  # toolchains elsewhere, shown read-only
+    hidden: tuple[Path, ...] = ()  # Keel's own files: never visible, whatever else is shown
 
     async def isolation(self) -> Isolation:
         """The isolation commands will actually get (probing bubblewrap once per process)."""
@@ -81,6 +101,7 @@ class Sandbox:
         limited = [*self._prlimit(), *argv]
         if isolation == "none":
             return limited
+        (workspace / TMP).mkdir(parents=True, exist_ok=True)
         return [*self._bwrap(workspace), "--", *limited]
 
     def _bwrap(self, workspace: Path) -> list[str]:
@@ -88,8 +109,15 @@ class Sandbox:
         # No --die-with-parent: the parent is the detached wrapper, and a command must outlive
         # the worker that started it; timeouts kill the whole process group instead. No
         # --new-session either, so that group still contains the sandboxed processes.
-        args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        args += ["--tmpfs", "/tmp", *_toolchains_under_tmp(self.env(workspace)["PATH"])]
+        args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
+        args += ["--bind", str(workspace / TMP), "/tmp"]
+        shown = toolchain_roots(self.env(workspace)["PATH"], workspace, self.readonly_paths)
+        for root in shown:
+            args += ["--ro-bind", root, root]
+        if self.network:
+            args += _resolver_binds()
+        secrets = [*map(Path, ETC_SECRETS), *Path("/etc/ssh").glob("ssh_host_*key"), *self.hidden]
+        args += _masks(secrets, visible=[*SYSTEM_DIRS, *shown])
         args += ["--bind", ws, ws, "--chdir", ws]
         records = str(workspace / EXEC_ROOT)
         args += ["--ro-bind-try", records, records]
@@ -113,24 +141,88 @@ class Sandbox:
         return ["prlimit", *[f for f in flags if f], "--"]
 
 
-def _toolchains_under_tmp(path: str) -> list[str]:
-    """Read-only binds that bring back the PATH toolchains the private ``/tmp`` would hide.
+def _system_binds() -> list[str]:
+    """The system directories, read-only; merged-/usr symlinks (``/bin -> usr/bin``) stay links."""
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    return args
 
-    A checkout under ``/tmp`` keeps its virtualenv there; without these binds its ``pytest``
-    and ``python`` vanish inside the sandbox. The interpreter Keel runs on counts as such a
-    toolchain (configured commands name it, as the demo does). A virtualenv's ``bin`` brings
-    its whole root (``pyvenv.cfg`` beside it), since its packages live next to ``bin``.
+
+def toolchain_roots(path: str, workspace: Path, extra: Iterable[Path] = ()) -> list[str]:
+    """The host directories outside the system ones that commands need, read-only.
+
+    Every PATH directory and the interpreter Keel runs on (configured commands name it, as the
+    demo does). A virtualenv's ``bin`` brings its root (its packages live beside ``bin``) and
+    the prefix of the interpreter it was made from (``home`` in ``pyvenv.cfg``, often under
+    ``/root/.pyenv`` or ``/opt``); a pyenv ``shims`` directory brings its pyenv root. The
+    repository's own virtualenvs are in the workspace already, but their interpreters are not.
     """
-    tmp = Path("/tmp")
-    roots: list[str] = []
-    for entry in [*path.split(os.pathsep), os.path.dirname(sys.executable)]:
-        directory = Path(entry)
-        if not directory.is_absolute() or tmp not in directory.parents or not directory.is_dir():
+    candidates = [Path(p) for p in path.split(os.pathsep) if p]
+    candidates.append(Path(sys.executable).parent)
+    roots: list[Path] = [Path(p) for p in extra if Path(p).is_absolute() and Path(p).exists()]
+    for cfg in workspace.glob("*/pyvenv.cfg"):
+        roots += _interpreter_prefix(cfg)
+    for directory in candidates:
+        if not directory.is_absolute() or not directory.is_dir():
             continue
-        root = directory.parent if (directory.parent / "pyvenv.cfg").is_file() else directory
-        if str(root) not in roots:
-            roots.append(str(root))
-    return [arg for root in roots for arg in ("--ro-bind", root, root)]
+        venv = directory.parent / "pyvenv.cfg"
+        if venv.is_file():
+            roots += [directory.parent, *_interpreter_prefix(venv)]
+        elif directory.name == "shims" and (directory.parent / "libexec" / "pyenv").exists():
+            roots.append(directory.parent)
+        else:
+            roots.append(directory)
+    shown: list[str] = []
+    for root in roots:
+        if _within(root, [*SYSTEM_DIRS, *shown]) or _within(root, [str(workspace)]):
+            continue
+        shown = [s for s in shown if not _within(Path(s), [str(root)])] + [str(root)]
+    return shown
+
+
+def _interpreter_prefix(pyvenv_cfg: Path) -> list[Path]:
+    for line in pyvenv_cfg.read_text(encoding="utf-8", errors="replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            home = Path(value.strip())
+            prefix = home.parent if home.name == "bin" else home
+            return [prefix] if prefix.is_absolute() and prefix.is_dir() else []
+    return []
+
+
+def _within(path: Path, roots: Iterable[str]) -> bool:
+    resolved = path.resolve()
+    for root in roots:
+        base = Path(root).resolve()
+        if resolved == base or base in resolved.parents:
+            return True
+    return False
+
+
+def _masks(paths: Iterable[Path], visible: Iterable[str]) -> list[str]:
+    """Over-mount each existing path that would otherwise be visible: a directory with an
+    empty tmpfs, a file with ``/dev/null``."""
+    roots = list(visible)
+    args: list[str] = []
+    for path in paths:
+        if not path.is_absolute() or not (path.exists() or path.is_symlink()):
+            continue
+        if not _within(path, roots):
+            continue
+        args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+    return args
+
+
+def _resolver_binds() -> list[str]:
+    """With the host network, ``/etc/resolv.conf`` may point outside ``/etc`` (systemd)."""
+    target = Path("/etc/resolv.conf").resolve()
+    if _within(target, ["/etc"]) or not target.is_file():
+        return []
+    return ["--ro-bind", str(target), str(target)]
 
 
 async def bwrap_works() -> bool:
@@ -141,7 +233,7 @@ async def bwrap_works() -> bool:
 
 
 async def _probe_bwrap() -> bool:
-    probe = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    probe = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
     result = await run_process([*probe, "--unshare-net", "true"], timeout_s=30)
     if not result.ok:
         log.warning("bubblewrap is installed but failed its probe: %s", result.stderr.strip())

@@ -18,6 +18,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,9 +42,21 @@ class WorkspaceSpec:
 class Workspaces:
     """Creates and finds workspaces under ``root``; ``sandbox`` is how commands run in them."""
 
-    def __init__(self, root: Path = Path(".keel/workspaces"), sandbox: SandboxMode = "auto"):
+    def __init__(
+        self,
+        root: Path = Path(".keel/workspaces"),
+        sandbox: SandboxMode = "auto",
+        *,
+        readonly_paths: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
+    ):
         self.root = root
-        self.sandbox = Sandbox(mode=sandbox)
+        # Other workspaces are never visible to a command, whatever else its sandbox shows.
+        self.sandbox = Sandbox(
+            mode=sandbox,
+            readonly_paths=tuple(readonly_paths),
+            hidden=(*hidden, root.absolute()),
+        )
         self._locks: dict[str, asyncio.Lock] = {}
 
     def path_for(self, root_task_id: str) -> Path:

@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,18 +20,15 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.tools.base import Completed, ToolContext
-from runtime.tools.devbox import RunCommand
+from runtime.tools.base import Completed
 from runtime.workspace import sandbox as sandbox_module
 from runtime.workspace.sandbox import Limits, Sandbox
+from tests.host import require_bwrap, run_to_end
 
 
 @pytest.fixture(autouse=True)
 def _needs_bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bubblewrap is missing under CI; .ci/run should have installed it")
-        pytest.skip("bubblewrap is not installed")
+    require_bwrap()
 
 
 @pytest.fixture
@@ -45,17 +40,7 @@ def ws(tmp_path: Path) -> Path:
 
 
 async def run(sandbox: Sandbox, ws: Path, command: str) -> Completed:
-    tool = RunCommand(sandbox)
-    ctx = ToolContext("task-1", "root-1", f"call-{uuid.uuid4().hex}", workspace=ws)
-    started = await tool.start({"command": command, "timeout_s": 30}, ctx)
-    assert not isinstance(started, Completed), started
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        result = await tool.poll(started.handle, ctx)
-        if isinstance(result, Completed):
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError("command did not finish")
+    return await run_to_end(sandbox, ws, command, timeout_s=30)
 
 
 async def test_writes_confined_when_sandboxed(ws: Path, tmp_path: Path) -> None:
@@ -201,8 +186,10 @@ async def test_path_kept_when_shell_profiles_reset_it(
         (home / name).write_text(reset)
     profile = tmp_path / "profile"
     profile.write_text(reset)
-    sandbox = _ProfileSandbox(mode="bwrap", profile=str(profile)) if mode == "bwrap" else (
-        Sandbox(mode="none")
+    sandbox = (
+        _ProfileSandbox(mode="bwrap", profile=str(profile))
+        if mode == "bwrap"
+        else (Sandbox(mode="none"))
     )
     result = await run(sandbox, ws, "keeltool; git --version")
     assert "keeltool ran" in result.output

@@ -437,3 +437,29 @@ def test_image_healthcheck_passes_when_keel_serve_is_ready(tmp_path: Path) -> No
         while not _healthy(command, env):
             assert time.monotonic() < deadline, "keel serve never became ready"
             time.sleep(0.5)
+
+
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    following = text.find("\n## ", start + 1)
+    return text[start : following if following != -1 else len(text)]
+
+
+def test_readme_deployment_shows_every_deploy_file() -> None:
+    section = _readme_section("Deployment")
+    missing = [f.name for f in DEPLOY.iterdir() if f"deploy/{f.name}" not in section]
+    assert not missing, f"README's Deployment section does not show {missing}"
+
+
+def test_readme_sandbox_policy_names_what_the_sandbox_does() -> None:
+    """The written policy and the code agree on the paths and the secret prefixes."""
+    from runtime.workspace import sandbox
+
+    section = _readme_section("Deployment").split("### Sandbox policy", 1)[1]
+    for directory in ("/usr", "/etc", "/root", "/home", "/tmp", "/proc"):
+        assert f"`{directory}" in section, directory
+    for prefix in sandbox.SECRET_PREFIXES:
+        assert f"`{prefix}*`" in section, prefix
+    assert "`/etc/keel`" in section and "/etc/keel" in sandbox.ETC_SECRETS
+    assert "workspace.readonly_paths" in section

@@ -107,15 +107,16 @@ class Scheduler:
 
     async def schedule(self, spec: TaskSpec) -> Scheduled:
         try:
-            outcome = await self.db.run(lambda s: self._schedule(s, spec))
+            outcome = await self.db.run(lambda s: self.schedule_in(s, spec))
         except UniqueViolation:
             # A concurrent creator won the (parent_id, child_key) race: return its child.
-            outcome = await self.db.run(lambda s: self._schedule(s, spec))
+            outcome = await self.db.run(lambda s: self.schedule_in(s, spec))
         if outcome.created:
-            self._wake()
+            self.wake()
         return outcome
 
-    def _schedule(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+    def schedule_in(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+        """Create the task in the caller's transaction; the caller wakes workers after commit."""
         now = self.clock.now()
         parent = q.lock_task(session, spec.parent_id) if spec.parent_id else None
         if spec.parent_id and parent is None:
@@ -204,7 +205,7 @@ class Scheduler:
         """Expired leases become one recovery delivery each; overdue tasks become timed_out."""
         report = await self.db.run(lambda s: self._sweep(s, limit))
         if report.recovered or report.timed_out:
-            self._wake()
+            self.wake()
         return report
 
     def _sweep(self, session: Transaction, limit: int) -> SweepReport:
@@ -233,17 +234,17 @@ class Scheduler:
         author: str | None = None,
     ) -> AppendOutcome:
         def work(session: Transaction) -> AppendOutcome:
-            return self._append(session, task_id, idempotency_key, parts, author)
+            return self.append_in(session, task_id, idempotency_key, parts, author)
 
         try:
             outcome = await self.db.run(work)
         except UniqueViolation:
             outcome = await self.db.run(work)  # lost a same-key race: now a Duplicate
         if isinstance(outcome, Appended):
-            self._wake()
+            self.wake()
         return outcome
 
-    def _append(
+    def append_in(
         self,
         session: Transaction,
         task_id: str,
@@ -292,12 +293,12 @@ class Scheduler:
 
     async def request_cancel(self, task_id: str, reason: str, requested_by: str | None) -> bool:
         """Record a stop; False if the task is missing or already terminal."""
-        done = await self.db.run(lambda s: self._cancel(s, task_id, reason, requested_by))
+        done = await self.db.run(lambda s: self.cancel_in(s, task_id, reason, requested_by))
         if done:
-            self._wake()
+            self.wake()
         return done
 
-    def _cancel(self, session: Transaction, task_id: str, reason: str, by: str | None) -> bool:
+    def cancel_in(self, session: Transaction, task_id: str, reason: str, by: str | None) -> bool:
         task = q.lock_task(session, task_id)
         now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
         if task is None or TaskStatus(task.status).is_terminal:
@@ -329,7 +330,7 @@ class Scheduler:
 
     async def report_result(self, task_id: str, result: TaskResult) -> ReportOutcome:
         outcome = await self.db.run(lambda s: self.report_result_in(s, task_id, result))
-        self._wake()
+        self.wake()
         return outcome
 
     def report_result_in(
@@ -354,11 +355,15 @@ class Scheduler:
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> Task | None:
-        def work(session: Transaction) -> Task | None:
-            row = q.get_task(session, task_id)
-            return q.to_task(row) if row else None
+        return await self.db.read(lambda s: self.get_in(s, task_id))
 
-        return await self.db.read(work)
+    def get_in(self, session: Transaction, task_id: str) -> Task | None:
+        row = q.get_task(session, task_id)
+        return q.to_task(row) if row else None
+
+    def wake(self) -> None:
+        """After a commit that made work runnable: wake this process's workers and outbox."""
+        self.notifier.notify()
 
     async def history(self, task_id: str) -> list[StatusChange]:
         return await self.db.read(lambda s: q.status_history(s, task_id))
@@ -372,8 +377,5 @@ class Scheduler:
     def _notify_in(self, session: Transaction) -> None:
         if self.db.is_postgres:
             session.connection().exec_driver_sql("NOTIFY keel_ready")
-
-    def _wake(self) -> None:
-        self.notifier.notify()
 
 

@@ -23,8 +23,8 @@ from adapters.logs import register_secrets
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
 from adapters.web.metrics import Metrics
-from routing.apply import IngestResult, Router
 from routing.daemons import daemon_agents, daemon_residency
+from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
@@ -35,12 +35,11 @@ from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
 from runtime.models.factory import build_provider
 from runtime.notifier import Notifier
 from runtime.outbox import Fallback, OutboxDispatcher
-from runtime.reporting import ReportingPolicy, ThreadReporter, enqueue_ack
+from runtime.reporting import ReportingPolicy, ThreadReporter
 from runtime.scheduler import Scheduler
 from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
 from runtime.store.listen import PgListener
 from runtime.store.migrate import upgrade
-from runtime.store.outbox import enqueue_post
 from runtime.store.records import Task
 from runtime.surfaces import Surface
 from runtime.tools.base import Tool
@@ -50,9 +49,6 @@ from runtime.worker import Worker
 from runtime.workspace import Workspaces, WorkspaceSpec
 
 log = logging.getLogger(__name__)
-
-ACTING = ("new_task", "append", "stop")
-
 
 class RepoGuidance:
     """``AGENTS.md`` at the repository root, if present, becomes part of the task context."""
@@ -114,7 +110,6 @@ class Keel:
         self.scheduler = Scheduler(
             self.db, clock=self.clock, notifier=notifier, lease_seconds=cfg.worker.lease_seconds
         )
-        self.router = Router(self.scheduler, self.db, self._policy(), self.clock)
         self.workspaces = Workspaces(
             cfg.workspace.root,
             cfg.workspace.sandbox,
@@ -126,6 +121,9 @@ class Keel:
             ack_emoji=cfg.reporting.ack_emoji,
             progress=cfg.reporting.progress,
             public_url=cfg.server.public_url,
+        )
+        self.router = Router(
+            self.scheduler, self.db, self._policy(), self.clock, reporting=self.reporting
         )
         if self.db.is_postgres:
             self._listener = PgListener(url, notifier)
@@ -246,17 +244,13 @@ class Keel:
     async def accept(
         self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
     ) -> IngestResult:
-        """The webhook sink: route (committed), then queue the acknowledgement."""
+        """The webhook sink: the Signal, its effect and its 👀 commit together (routing)."""
         started = time.monotonic()
         if isinstance(outcome, Signal):
             outcome = await self._enrich(outcome)
         result = await self.router.ingest(
             outcome, provider=provider, delivery_id=delivery_id, raw_kind=raw_kind
         )
-        if isinstance(outcome, Signal) and not result.duplicate and result.task_id:
-            await self._acknowledge(outcome, result)
-        if isinstance(outcome, Signal) and result.decision == "escalated":
-            await self._escalate(outcome, result)
         log.info(
             "signal %s: %s (%s)",
             result.signal_id,
@@ -270,49 +264,6 @@ class Keel:
         )
         self.metrics.observe_ack(time.monotonic() - started, provider)
         return result
-
-    async def _escalate(self, signal: Signal, result: IngestResult) -> None:
-        """No second owner was made: say so in the thread rather than drop it silently."""
-        text = (
-            "⚠️ I received this but could not safely attach it to the task already working "
-            "here, and I will not start a second one. Please repeat it once that task has "
-            f"replied. (reason: {result.reason})"
-        )
-        now = self.clock.now()
-        thread = _thread_root(signal.thread_ref)
-        await self.db.run(
-            lambda s: enqueue_post(
-                s,
-                task_id=str(result.task_id or ""),
-                purpose="escalation",
-                surface=thread.split(":", 1)[0],
-                thread_ref=thread,
-                key=f"escalation:{result.signal_id}",
-                action="post",
-                body=text,
-                now=now,
-            )
-        )
-
-    async def _acknowledge(self, signal: Signal, result: IngestResult) -> None:
-        if result.decision not in ACTING:
-            return
-        emoji = "octagonal_sign" if result.decision == "stop" else None
-        now = self.clock.now()
-        task_id = str(result.task_id)
-        thread = _thread_root(signal.thread_ref)
-        await self.db.run(
-            lambda s: enqueue_ack(
-                s,
-                self.reporting,
-                task_id=task_id,
-                signal_id=result.signal_id,
-                thread_ref=thread,
-                now=now,
-                emoji=emoji,
-            )
-        )
-        self.scheduler.notifier.notify()
 
     async def _enrich(self, signal: Signal) -> Signal:
         """The actor's repository permission, cached briefly (GitHub only)."""
@@ -380,13 +331,6 @@ def _secret_values(cfg: AppConfig) -> list[str | None]:
         *(repo.token for repo in cfg.workspace.repositories.values()),
     ]
     return [s.get_secret_value() if s is not None else None for s in secrets]
-
-
-def _thread_root(thread_ref: str) -> str:
-    """The thread itself (a GitHub comment ref or Slack message ts points inside it)."""
-    if thread_ref.startswith("github:"):
-        return thread_ref.split(":comment", 1)[0]
-    return thread_ref
 
 
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")

@@ -1,6 +1,6 @@
 """The routing decision: which one owner a Signal goes to, as a pure function.
 
-``decide(signal, view, policy)`` reads only its arguments. The apply step (``routing/apply.py``)
+``decide(signal, view, policy)`` reads only its arguments. The apply step (``routing/intake.py``)
 takes the snapshot (``RoutingView``) in the same transaction that stores the Signal, then
 performs the returned Route and records what happened.
 """

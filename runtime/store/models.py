@@ -224,6 +224,8 @@ class SignalRow(Base):
     reason: Mapped[str | None] = mapped_column(String(200))
     task_id: Mapped[str | None] = mapped_column(String(40))
     received_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # While pending: the route to carry out, as routing serialised it.
+    plan: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
 
 class RouteAttemptRow(Base):

@@ -56,6 +56,7 @@ class SignalRecord:
     reason: str | None
     task_id: TaskId | None
     received_at: datetime
+    plan: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class Verdict:
     reason: str | None = None
     task_id: str | None = None
     objective_key: str | None = None
+    plan: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +152,11 @@ def objective_state(session: Session, objective_key: str) -> ObjectiveState:
 def set_decision(
     session: Session, signal_id: str, decision: str, reason: str | None, task_id: str | None
 ) -> None:
+    """The final decision; the plan it carried out is done with."""
     session.execute(
         update(SignalRow)
         .where(SignalRow.signal_id == signal_id)
-        .values(decision=decision, reason=_fit(reason, 200), task_id=task_id)
+        .values(decision=decision, reason=_fit(reason, 200), task_id=task_id, plan=None)
     )
 
 
@@ -234,6 +237,7 @@ def to_record(row: SignalRow) -> SignalRecord:
         reason=row.reason,
         task_id=TaskId(row.task_id) if row.task_id else None,
         received_at=row.received_at,
+        plan=MappingProxyType(dict(row.plan)) if row.plan is not None else None,
     )
 
 
@@ -255,6 +259,7 @@ def _insert(
         "reason": _fit(verdict.reason, 200),
         "task_id": verdict.task_id,
         "received_at": facts.received_at,
+        "plan": dict(verdict.plan) if verdict.plan is not None else None,
     }
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     statement = dialect.insert(SignalRow).values(values).on_conflict_do_nothing()

@@ -23,9 +23,9 @@ from adapters.config import ServerConfig, build_config
 from adapters.emulators.server import serve
 from adapters.web.auth import AdminAuth
 from adapters.web.ui import build_ui
-from routing.apply import IngestResult, Router
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.daemons import daemon_agents, daemon_residency
+from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from runtime.clock import SystemClock
 from runtime.executor.context import ExecutorContext

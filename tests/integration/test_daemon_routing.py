@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import select
 
 from adapters.github.signals import GitHubIdentity, signal_from_github
-from routing.apply import IngestResult, Router
 from routing.config import DaemonsConfig, RoutingConfig
+from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Signal
 from runtime.clock import ManualClock

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from routing.apply import IngestResult, Router
 from routing.config import DaemonsConfig, RoutingConfig
+from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Actor, Signal, frozen_detail
 from runtime.clock import SystemClock

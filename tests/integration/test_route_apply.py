@@ -7,23 +7,26 @@ Fakes sit only at the scheduler, a port Keel owns: each subclass reproduces one 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
-from routing.apply import IngestResult, Router
 from routing.config import DaemonsConfig, RoutingConfig
+from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Actor, Ignored, Signal, frozen_detail
 from runtime.clock import ManualClock
 from runtime.errors import Retryable
+from runtime.reporting import ReportingPolicy
 from runtime.scheduler import AppendOutcome, NotFound, Scheduled, Scheduler
 from runtime.store import signals as store
-from runtime.store.engine import Database
+from runtime.store.engine import Database, Transaction
 from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
+from runtime.store.outbox import posts_of_task
 from runtime.store.records import Task, TaskResult, TaskSpec, TaskStatus
 from tests.factories import make_spec
 
@@ -115,64 +118,61 @@ def outcomes(database: Database, signal_id: str) -> list[str]:
 class FinishesFirst(Scheduler):
     """The target task completes between routing's lookup and its append."""
 
-    async def append_mailbox(
-        self, task_id: str, idempotency_key: str, parts: Sequence[dict[str, Any]],
-        author: str | None = None,
+    def append_in(
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        author: str | None,
     ) -> AppendOutcome:
-        await self.report_result(task_id, TaskResult(TaskStatus.succeeded, "done"))
-        return await super().append_mailbox(task_id, idempotency_key, parts, author)
+        self.report_result_in(session, task_id, TaskResult(TaskStatus.succeeded, "done"))
+        return super().append_in(session, task_id, key, parts, author)
 
 
 class LaggingNotFound(Scheduler):
     """Answers NotFound to every append while the task itself stays readable."""
 
-    async def append_mailbox(
-        self, task_id: str, idempotency_key: str, parts: Sequence[dict[str, Any]],
-        author: str | None = None,
+    def append_in(
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        author: str | None,
     ) -> AppendOutcome:
         return NotFound(task_id)
 
 
 class Vanished(LaggingNotFound):
-    async def get(self, task_id: str) -> Task | None:
+    def get_in(self, session: Transaction, task_id: str) -> Task | None:
         return None
 
 
 class Flaky(Scheduler):
+    """The store refuses the first ``failures`` appends (each one a whole transaction)."""
+
     def __init__(self, *args: Any, failures: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.failures = failures
         self.keys: list[str] = []
 
-    async def append_mailbox(
-        self, task_id: str, idempotency_key: str, parts: Sequence[dict[str, Any]],
-        author: str | None = None,
+    def append_in(
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        author: str | None,
     ) -> AppendOutcome:
-        self.keys.append(idempotency_key)
+        self.keys.append(key)
         if self.failures:
             self.failures -= 1
             raise Retryable("database unavailable: OperationalError")
-        return await super().append_mailbox(task_id, idempotency_key, parts, author)
+        return super().append_in(session, task_id, key, parts, author)
 
 
 class SlowToSchedule(Scheduler):
     """Widens the window between "no owner yet" and the owner existing, as a busy store does."""
 
-    async def schedule(self, spec: TaskSpec) -> Scheduled:
-        await asyncio.sleep(0.05)
-        return await super().schedule(spec)
+    def schedule_in(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+        time.sleep(0.05)
+        return super().schedule_in(session, spec)
 
 
-class CrashAfterSchedule(Scheduler):
-    """The process dies after the task is committed and before the decision is recorded."""
+class CrashesScheduling(Scheduler):
+    """The process dies while the task is being made: its transaction never commits."""
 
-    async def schedule(self, spec: TaskSpec) -> Scheduled:
-        await super().schedule(spec)
-        raise RuntimeError("killed")
-
-
-class CrashBeforeSchedule(Scheduler):
-    async def schedule(self, spec: TaskSpec) -> Scheduled:
+    def schedule_in(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+        super().schedule_in(session, spec)
         raise RuntimeError("killed")
 
 
@@ -223,7 +223,8 @@ async def test_append_retries_under_the_same_key_when_the_store_is_briefly_down(
     database: Database,
 ) -> None:
     clock = ManualClock(NOW)
-    scheduler = Flaky(database, clock=clock, failures=2)
+    # The first refusal abandons the admitting transaction; the plan is stored and retried.
+    scheduler = Flaky(database, clock=clock, failures=3)
     router = make_router(database, scheduler)
     task = await start_task(scheduler)
     result = await ingest(router, make_signal())
@@ -235,7 +236,7 @@ async def test_append_retries_under_the_same_key_when_the_store_is_briefly_down(
 async def test_signal_stays_pending_when_transient_errors_outlast_the_retries(
     database: Database,
 ) -> None:
-    scheduler = Flaky(database, clock=ManualClock(NOW), failures=3)
+    scheduler = Flaky(database, clock=ManualClock(NOW), failures=4)
     router = make_router(database, scheduler)
     task = await start_task(scheduler)
     result = await ingest(router, make_signal())
@@ -394,11 +395,10 @@ async def test_self_generated_signal_is_dropped_in_the_admitting_transaction(
 # -- crash and resume -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("crashing", [CrashAfterSchedule, CrashBeforeSchedule])
 async def test_resume_pending_applies_a_pending_signal_exactly_once_when_a_crash_left_it(
-    database: Database, crashing: type[Scheduler]
+    database: Database,
 ) -> None:
-    crashed = make_router(database, crashing(database, clock=ManualClock(NOW)))
+    crashed = make_router(database, CrashesScheduling(database, clock=ManualClock(NOW)))
     with pytest.raises(RuntimeError, match="killed"):
         await ingest(crashed, mention(text="fix the login bug"))
     [pending] = database.run_sync(lambda s: store.pending_signals(s, NOW, 10))
@@ -417,7 +417,63 @@ async def test_resume_pending_applies_a_pending_signal_exactly_once_when_a_crash
 async def test_resume_pending_leaves_recent_signals_when_younger_than_the_grace(
     database: Database,
 ) -> None:
-    crashed = make_router(database, CrashBeforeSchedule(database, clock=ManualClock(NOW)))
+    crashed = make_router(database, CrashesScheduling(database, clock=ManualClock(NOW)))
     with pytest.raises(RuntimeError):
         await ingest(crashed, mention())
     assert await make_router(database).resume_pending(older_than=timedelta(seconds=30)) == []
+
+
+# -- the request path is one transaction ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["mention", "follow_up", "stop"])
+async def test_request_path_commits_once_with_its_acknowledgement(
+    database: Database, kind: str
+) -> None:
+    router = make_router(database)
+    router.reporting = ReportingPolicy()
+    if kind != "mention":
+        await start_task(router.scheduler)
+    signal = {
+        "mention": mention(text="fix the login bug"),
+        "follow_up": make_signal(),
+        "stop": make_signal(text="stop", command="stop"),
+    }[kind]
+    commits: list[object] = []
+
+    def count_commit(connection: object) -> None:
+        commits.append(connection)
+
+    event.listen(database.engine, "commit", count_commit)
+    try:
+        result = await ingest(router, signal)
+    finally:
+        event.remove(database.engine, "commit", count_commit)
+    assert result.decision == {"mention": "new_task", "follow_up": "append", "stop": "stop"}[kind]
+    assert len(commits) == 1
+    [ack] = database.run_sync(lambda s: posts_of_task(s, result.task_id or ""))
+    assert (ack.purpose, ack.key) == ("ack", f"ack:{result.signal_id}")
+
+
+async def test_resumed_plan_gets_its_acknowledgement(database: Database) -> None:
+    crashed = make_router(database, CrashesScheduling(database, clock=ManualClock(NOW)))
+    with pytest.raises(RuntimeError, match="killed"):
+        await ingest(crashed, mention(text="fix the login bug"))
+    restarted = make_router(database)
+    restarted.reporting = ReportingPolicy()
+    [resumed] = await restarted.resume_pending(older_than=timedelta(0))
+    posts = database.run_sync(lambda s: posts_of_task(s, resumed.task_id or ""))
+    assert [(p.purpose, p.thread_ref) for p in posts] == [("ack", THREAD)]
+
+
+async def test_escalation_is_queued_with_the_decision_that_made_it(database: Database) -> None:
+    router = make_router(database, LaggingNotFound(database, clock=ManualClock(NOW)))
+    router.reporting = ReportingPolicy()
+    task = await start_task(router.scheduler)
+    result = await ingest(router, make_signal())
+    assert result.decision == "escalated"
+    posts = database.run_sync(lambda s: posts_of_task(s, task.task_id))
+    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [
+        ("escalation", THREAD, "post")
+    ]
+    assert "not start a second one" in posts[0].body

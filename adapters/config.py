@@ -10,6 +10,8 @@ printing any secret, what is enabled and why.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import os
 import re
@@ -82,9 +84,70 @@ class ServerConfig(ConfigSection):
         return f"{where}; API and UI refuse every request ({token} not set, host is not loopback)"
 
 
+# What Keel asks a workspace for when it is installed through OAuth (see README).
+SLACK_BOT_SCOPES = (
+    "app_mentions:read",
+    "channels:history",
+    "groups:history",
+    "im:history",
+    "chat:write",
+    "reactions:read",
+    "reactions:write",
+    "users:read",
+)
+
+
+class SlackOAuthConfig(ConfigSection):
+    """Multi-workspace install: bolt's OAuth flow, installations kept encrypted in Keel's
+    database. Off unless client_id, client_secret and encryption_key are all set."""
+
+    client_id: OptionalText = None
+    client_secret: Secret = None
+    # A Fernet key (32 url-safe base64-encoded bytes) that seals the stored tokens.
+    encryption_key: Secret = None
+    scopes: Names = SLACK_BOT_SCOPES
+    authorize_url: str = "https://slack.com/oauth/v2/authorize"
+    # Where Slack sends the person back; default: server.public_url + /slack/oauth_redirect.
+    redirect_uri: OptionalText = None
+    # A rotating token is refreshed when it expires within this many minutes.
+    token_rotation_minutes: int = Field(default=120, ge=1)
+
+    @field_validator("encryption_key")
+    @classmethod
+    def _fernet_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None and not _is_fernet_key(key.get_secret_value()):
+            raise ValueError(
+                "not a Fernet key (32 url-safe base64-encoded bytes); make one with "
+                'python -c "from cryptography.fernet import Fernet; '
+                'print(Fernet.generate_key().decode())"'
+            )
+        return key
+
+    def unset(self) -> tuple[str, ...]:
+        return tuple(
+            name
+            for name in ("client_id", "client_secret", "encryption_key")
+            if getattr(self, name) is None
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return not self.unset()
+
+
+def _is_fernet_key(key: str) -> bool:
+    try:
+        return len(base64.urlsafe_b64decode(key.encode())) == 32
+    except (ValueError, binascii.Error):
+        return False
+
+
 class SlackConfig(ConfigSection):
     bot_token: Secret = None
     signing_secret: Secret = None
+    # An app-level token (xapp-…) switches to Socket Mode: no public HTTP endpoint needed.
+    app_token: Secret = None
+    oauth: SlackOAuthConfig = Field(default_factory=SlackOAuthConfig)
     api_url: str = "https://slack.com/api/"
     allowed_channels: Names = ()
     allowed_users: Names = ()
@@ -96,23 +159,44 @@ class SlackConfig(ConfigSection):
         return api_url if api_url.endswith("/") else f"{api_url}/"
 
     @property
+    def socket_mode(self) -> bool:
+        return self.app_token is not None
+
+    @property
+    def multi_workspace(self) -> bool:
+        return self.oauth.enabled
+
+    @property
     def enabled(self) -> bool:
-        return self.bot_token is not None and self.signing_secret is not None
+        """A way to post (a bot token or installations) and a way to receive events."""
+        posts = self.bot_token is not None or self.multi_workspace
+        return posts and (self.signing_secret is not None or self.socket_mode)
 
     def describe(self, source: SourceOf) -> str:
         if not self.enabled:
-            unset = [
-                source(f"slack.{name}")
-                for name in ("bot_token", "signing_secret")
-                if getattr(self, name) is None
-            ]
-            return f"slack: disabled ({', '.join(unset)} not set)"
+            return f"slack: disabled ({self._why_disabled(source)})"
         channels = ", ".join(self.allowed_channels) or "all"
         users = ", ".join(self.allowed_users) or "all"
+        transport = "Socket Mode" if self.socket_mode else "HTTP events"
+        tokens = "OAuth installations" if self.multi_workspace else "one bot token"
         return (
-            f"slack: enabled (api {redact_url(self.api_url)}, channels {channels}, "
-            f"users {users})"
+            f"slack: enabled ({transport}, {tokens}, api {redact_url(self.api_url)}, "
+            f"channels {channels}, users {users})"
         )
+
+    def _why_disabled(self, source: SourceOf) -> str:
+        """Names what is missing; a bot token or OAuth, and a signing secret or app token."""
+        missing = []
+        if self.bot_token is None and not self.multi_workspace:
+            missing.append(source("slack.bot_token"))
+        if self.signing_secret is None and not self.socket_mode:
+            missing.append(source("slack.signing_secret"))
+        text = f"{', '.join(missing)} not set"
+        oauth_unset = self.oauth.unset()
+        if 0 < len(oauth_unset) < 3:
+            lacking = ", ".join(source(f"slack.oauth.{name}") for name in oauth_unset)
+            text += f"; OAuth is off: {lacking} not set"
+        return text
 
 
 class GitHubAppConfig(ConfigSection):

@@ -9,17 +9,20 @@ strict: channels must be seeded, and a ``thread_ts`` must name a message in that
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from adapters.emulators.faults import EmulatorState, FaultRaised, RecordingMiddleware, gate_of
+from adapters.emulators.slack_socket import SocketHub
 
 Args = dict[str, Any]
 
@@ -55,6 +58,20 @@ class SlackMessage:
 
 
 @dataclass(slots=True)
+class SlackOAuth:
+    """The app's OAuth side: its credentials, the workspace a person approves the install
+    in, and codes and refresh tokens given out. ``token_lifetime_s`` turns on rotation."""
+
+    client_id: str = "1111.2222"
+    client_secret: str = "emulated-client-secret"
+    approving_team: str | None = None
+    token_lifetime_s: int | None = None
+    codes: dict[str, str] = field(default_factory=dict)  # code -> team
+    refresh_tokens: dict[str, str] = field(default_factory=dict)  # refresh token -> team
+    expires_at: dict[str, float] = field(default_factory=dict)  # access token -> epoch
+
+
+@dataclass(slots=True)
 class SlackState(EmulatorState):
     """The workspace: one team, its users and channels, every message; test helpers."""
 
@@ -68,6 +85,15 @@ class SlackState(EmulatorState):
     users: dict[str, SlackUser] = field(default_factory=dict)
     channels: dict[str, str] = field(default_factory=lambda: {"C0KEELGEN1": "general"})
     messages: list[SlackMessage] = field(default_factory=list)
+    # Socket Mode: app-level tokens, and the websocket side (``slack_socket.SocketHub``).
+    app_tokens: set[str] = field(default_factory=lambda: {"xapp-keel-emulated"})
+    socket: SocketHub | None = None
+    # Other workspaces: a token or channel not named here belongs to ``team_id``.
+    token_teams: dict[str, str] = field(default_factory=dict)
+    channel_teams: dict[str, str] = field(default_factory=dict)
+    revoked: set[str] = field(default_factory=set)
+    ephemeral: list[SlackMessage] = field(default_factory=list)
+    oauth: SlackOAuth = field(default_factory=lambda: SlackOAuth())
     _last_micros: int = 0
 
     def __post_init__(self) -> None:
@@ -78,8 +104,22 @@ class SlackState(EmulatorState):
     ) -> None:
         self.users[user_id] = SlackUser(user_id, name, real_name or name, is_bot)
 
-    def add_channel(self, channel_id: str, name: str) -> None:
+    def add_channel(self, channel_id: str, name: str, *, team_id: str | None = None) -> None:
         self.channels[channel_id] = name
+        if team_id is not None:
+            self.channel_teams[channel_id] = team_id
+
+    def add_token(self, token: str, team_id: str) -> None:
+        """A bot token of workspace ``team_id``: it sees only that workspace's channels."""
+        self.tokens.add(token)
+        self.token_teams[token] = team_id
+
+    def team_of_token(self, token: str) -> str:
+        return self.token_teams.get(token, self.team_id)
+
+    def revoke_team(self, team_id: str) -> None:
+        """The app is uninstalled there: every token of that workspace stops working."""
+        self.revoked |= {t for t in self.tokens if self.team_of_token(t) == team_id}
 
     def next_ts(self) -> str:
         """A unique, increasing Slack timestamp (seconds.microseconds)."""
@@ -181,17 +221,78 @@ def _flag(value: Any) -> bool:
     return value in (True, 1, "1", "true", "True")
 
 
-def auth_test(state: SlackState, args: Args) -> Args:
+def auth_test(state: SlackState, args: Args, token: str) -> Args:
+    """Who the token is: the bot of the workspace that token was issued in."""
     return {
         "ok": True,
         "url": "https://keel-emulated.slack.com/",
         "team": state.team_name,
         "user": state.bot_name,
-        "team_id": state.team_id,
+        "team_id": state.team_of_token(token),
         "user_id": state.bot_user_id,
         "bot_id": state.bot_id,
         "is_enterprise_install": False,
     }
+
+
+def apps_connections_open(state: SlackState, args: Args, token: str) -> Args:
+    if state.socket is None:
+        raise SlackError("not_allowed_token_type")
+    return {"ok": True, "url": state.socket.open_url()}
+
+
+def chat_post_ephemeral(state: SlackState, args: Args, token: str) -> Args:
+    """A message only ``user`` sees; kept apart from the channel's messages."""
+    channel = _channel(state, args)
+    user = _required(args, "user", "user_not_in_channel")
+    text = str(args.get("text") or "")
+    if not text and not args.get("blocks"):
+        raise SlackError("no_text")
+    message = SlackMessage(channel, state.next_ts(), text, user, bot_id=state.bot_id)
+    message.thread_ts = str(args["thread_ts"]) if args.get("thread_ts") else None
+    state.ephemeral.append(message)
+    return {"ok": True, "message_ts": message.ts}
+
+
+def oauth_v2_access(state: SlackState, args: Args) -> Args:
+    """Exchange an install code, or a refresh token when rotation is on, for a bot token."""
+    oauth = state.oauth
+    if (args.get("client_id"), args.get("client_secret")) != (oauth.client_id, oauth.client_secret):
+        raise SlackError("invalid_client_id")
+    if args.get("grant_type") == "refresh_token":
+        team = oauth.refresh_tokens.pop(str(args.get("refresh_token")), None)
+        if team is None:
+            raise SlackError("invalid_refresh_token")
+    else:
+        team = oauth.codes.pop(str(args.get("code")), None)
+        if team is None:
+            raise SlackError("invalid_code")
+    return _issue_token(state, team)
+
+
+def _issue_token(state: SlackState, team: str) -> Args:
+    oauth = state.oauth
+    rotating = oauth.token_lifetime_s is not None
+    token = ("xoxe.xoxb-" if rotating else "xoxb-") + f"{team}-{uuid.uuid4().hex[:12]}"
+    state.add_token(token, team)
+    answer: Args = {
+        "ok": True,
+        "app_id": state.app_id,
+        "authed_user": {"id": "U0INSTALLR"},
+        "scope": "app_mentions:read,chat:write,reactions:write",
+        "token_type": "bot",
+        "access_token": token,
+        "bot_user_id": state.bot_user_id,
+        "team": {"id": team, "name": f"Workspace {team}"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+    }
+    if oauth.token_lifetime_s is not None:
+        refresh = f"xoxe-1-{uuid.uuid4().hex}"
+        oauth.refresh_tokens[refresh] = team
+        oauth.expires_at[token] = time.time() + oauth.token_lifetime_s
+        answer |= {"refresh_token": refresh, "expires_in": oauth.token_lifetime_s}
+    return answer
 
 
 def _thread_root(state: SlackState, channel: str, thread_ts: Any) -> str | None:
@@ -311,13 +412,19 @@ def users_info(state: SlackState, args: Args) -> Args:
 
 
 METHODS: dict[str, Callable[[SlackState, Args], Args]] = {
-    "auth.test": auth_test,
     "chat.postMessage": chat_post_message,
     "chat.update": chat_update,
     "reactions.add": reactions_add,
     "conversations.replies": conversations_replies,
     "users.info": users_info,
 }
+# Methods whose answer depends on who calls: they are given the caller's token.
+CALLER_METHODS: dict[str, Callable[[SlackState, Args, str], Args]] = {
+    "auth.test": auth_test,
+    "apps.connections.open": apps_connections_open,
+    "chat.postEphemeral": chat_post_ephemeral,
+}
+_APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 
 async def _arguments(request: Request) -> Args:
@@ -355,23 +462,78 @@ def _fault_response(raised: FaultRaised) -> JSONResponse:
 
 
 async def _answer(state: SlackState, method: str, request: Request) -> Args:
-    handler = METHODS.get(method)
-    if handler is None:
+    if method not in METHODS and method not in CALLER_METHODS and method != "oauth.v2.access":
         raise SlackError("unknown_method")
     args = await _arguments(request)
+    if method == "oauth.v2.access":
+        await gate_of(request.scope).enter(method)
+        return oauth_v2_access(state, args | _basic_auth(request))
     token = _token(request, args)
+    _check_token(state, method, token)
+    assert token is not None
+    _check_workspace(state, args, token)
+    await gate_of(request.scope).enter(method)
+    caller = CALLER_METHODS.get(method)
+    return caller(state, args, token) if caller else METHODS[method](state, args)
+
+
+def _check_token(state: SlackState, method: str, token: str | None) -> None:
     if token is None:
         raise SlackError("not_authed")
+    app_token = token in state.app_tokens
+    if app_token != (method in _APP_TOKEN_METHODS):
+        raise SlackError("not_allowed_token_type" if app_token or token in state.tokens else "invalid_auth")
+    if app_token:
+        return
+    if token in state.revoked:
+        raise SlackError("token_revoked")
     if token not in state.tokens:
         raise SlackError("invalid_auth")
-    await gate_of(request.scope).enter(method)
-    return handler(state, args)
+    expires_at = state.oauth.expires_at.get(token)
+    if expires_at is not None and time.time() >= expires_at:
+        raise SlackError("token_expired")
+
+
+def _check_workspace(state: SlackState, args: Args, token: str) -> None:
+    """A token sees its own workspace's channels only, as on Slack."""
+    channel = args.get("channel")
+    if channel in state.channels:
+        if state.channel_teams.get(str(channel), state.team_id) != state.team_of_token(token):
+            raise SlackError("channel_not_found")
+
+
+def _basic_auth(request: Request) -> Args:
+    header = request.headers.get("authorization", "")
+    if not header.startswith("Basic "):
+        return {}
+    client_id, _, secret = base64.b64decode(header.removeprefix("Basic ")).decode().partition(":")
+    return {"client_id": client_id, "client_secret": secret}
+
+
+def _authorize_page(state: SlackState, request: Request) -> Response:
+    """The person approves the install in ``oauth.approving_team``: back to the app's
+    redirect URI with a one-time code and the state it sent."""
+    query = request.query_params
+    if query.get("client_id") != state.oauth.client_id:
+        return JSONResponse({"ok": False, "error": "invalid_client_id"}, status_code=400)
+    code = uuid.uuid4().hex
+    state.oauth.codes[code] = state.oauth.approving_team or state.team_id
+    target = query.get("redirect_uri") or ""
+    separator = "&" if "?" in target else "?"
+    return RedirectResponse(
+        f"{target}{separator}{urlencode({'code': code, 'state': query.get('state', '')})}",
+        status_code=302,
+    )
 
 
 def create_slack_app(state: SlackState) -> FastAPI:
     """The emulator app; serve it with ``adapters.emulators.server.serve``."""
     app = FastAPI(title="Slack Web API emulator")
     app.add_middleware(RecordingMiddleware, state=state)
+
+    @app.get("/oauth/v2/authorize")
+    async def authorize(request: Request) -> Response:
+        return _authorize_page(state, request)
 
     @app.api_route("/api/{method}", methods=["GET", "POST"])
     async def call(method: str, request: Request) -> JSONResponse:

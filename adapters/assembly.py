@@ -20,8 +20,8 @@ from adapters.github.client import GitHubClient
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
-from adapters.slack.signals import SlackIdentity
-from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from adapters.slack.connection import SlackConnection
+from adapters.slack.surface import SlackSurface
 from adapters.web.metrics import Metrics
 from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import IngestResult, Router
@@ -84,7 +84,7 @@ class Keel:
     router: Router = field(init=False)
     surfaces: dict[str, Surface] = field(init=False, default_factory=dict)
     github: GitHubClient | None = field(init=False, default=None)
-    slack_identity: SlackIdentity | None = field(init=False, default=None)
+    slack: SlackConnection | None = field(init=False, default=None)
     workspaces: Workspaces = field(init=False)
     worker: Worker = field(init=False)
     dispatcher: OutboxDispatcher = field(init=False)
@@ -147,9 +147,10 @@ class Keel:
         """Talk to the providers once at start: who we are on Slack; GitHub clients."""
         cfg = self.config
         if cfg.slack.enabled:
-            client = slack_client(cfg.slack)
-            self.slack_identity = await fetch_slack_identity(client)
-            self.surfaces["slack"] = SlackSurface(client, self.slack_identity)
+            self.slack = await SlackConnection.connect(
+                cfg.slack, self.db, self.clock, self, public_url=cfg.server.public_url
+            )
+            self.surfaces["slack"] = SlackSurface(self.slack.workspaces)
         if cfg.github.enabled:
             self.github = GitHubClient.from_config(cfg.github)
             self.surfaces["github"] = GitHubSurface(self.github)
@@ -323,6 +324,9 @@ def _secret_values(cfg: AppConfig) -> list[str | None]:
     secrets = [
         cfg.slack.bot_token,
         cfg.slack.signing_secret,
+        cfg.slack.app_token,
+        cfg.slack.oauth.client_secret,
+        cfg.slack.oauth.encryption_key,
         cfg.github.token,
         cfg.github.webhook_secret,
         cfg.github.app.private_key,

@@ -102,6 +102,8 @@ class RoutingPolicy:
         fixed vocabulary, so trusting it would let "cancel" stop after ``stop_words: [halt]``."""
         if signal.kind == "reaction":
             return signal.detail.get("reaction") == self.stop_reaction
+        if signal.kind == "action":
+            return signal.command == "stop"  # Keel's own Stop button
         word = signal.text.strip().lower().rstrip(".!?").strip()
         return word in self.stop_words or word in _reaction_as_text(self.stop_reaction)
 

@@ -143,8 +143,8 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         if active is None:
             return Drop("not_addressed", "stop with no active task")
         return Stop(active)
-    if signal.kind == "reaction":
-        return Drop("not_addressed", "a reaction is not a request")
+    if signal.kind in ("reaction", "action"):
+        return Drop("not_addressed", f"a {signal.kind} is not a request")
     joins = active is not None and _joins(signal, active, policy)
     if not (signal.addresses_bot or joins):
         return Drop("not_addressed", f"{signal.kind} without a mention")

@@ -25,6 +25,7 @@ SignalKind = Literal[
     "pr_opened",
     "ci_result",
     "reaction",
+    "action",  # a click on one of Keel's buttons (e.g. Stop)
     "edit",
     "other",
 ]

@@ -105,7 +105,7 @@ class OutboxDispatcher:
         fell_back = landed_on.startswith("fallback:")
         body = f"{_fallback_note(post)}\n\n{post.body}" if fell_back else post.body
         try:
-            await surface.update(posted, body)
+            await surface.update(posted, body, actions=post.actions)
         except Retryable as e:
             await self._retry(post, e)
             return 0
@@ -123,7 +123,7 @@ class OutboxDispatcher:
             found = await surface.find_post(post.thread_ref, key=post.key)
             if found is not None:
                 return found
-        return await surface.post(post.thread_ref, post.body, key=post.key)
+        return await surface.post(post.thread_ref, post.body, key=post.key, actions=post.actions)
 
     async def _landed(self, post: OutboxPost, where: str) -> None:
         now = self.clock.now()
@@ -135,7 +135,9 @@ class OutboxDispatcher:
             if row is None:
                 return
             # A newer body may have arrived while we were sending: keep it stale.
-            row.state = "stale" if row.body != post.body else "landed"
+            sent = [a.to_json() for a in post.actions] or None
+            newer = row.body != post.body or (row.actions or None) != sent
+            row.state = "stale" if newer else "landed"
             row.landed_on = where
             row.landed_at = now
             row.last_error = None

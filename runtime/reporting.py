@@ -14,10 +14,12 @@ from typing import Any
 
 from runtime.clock import Clock
 from runtime.evidence import EvidenceItem, Strength
+from runtime.reply import Reply, to_markdown
 from runtime.store import outbox, runs
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.runs import ToolCallRecord
+from runtime.surfaces import Action
 
 PHASE_LABELS = {
     "load_context": "reading the request",
@@ -47,6 +49,11 @@ def completion_key(task_id: str) -> str:
 
 def ack_key(signal_id: str) -> str:
     return f"ack:{signal_id}"
+
+
+def stop_action(task_id: str) -> Action:
+    """The Stop button on a task's progress message; a click stops the task like 🛑."""
+    return Action(name="stop", label="Stop", value=task_id, style="danger")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +118,7 @@ class ThreadReporter:
             action="post",
             body=body,
             now=self.clock.now(),
+            actions=(stop_action(task.task_id),),
         )
         outbox.set_body(session, key, body)
 
@@ -122,10 +130,13 @@ class ThreadReporter:
             return  # a daemon's no-op stays silent
         calls = runs.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
-        body = completion_text(result, evidence, uncertain, refused=refused_writes(calls))
-        link = self.policy.task_link(task.task_id)
-        if link:
-            body += f"\n\nTask details: {link}"
+        body = completion_text(
+            result,
+            evidence,
+            uncertain,
+            refused=refused_writes(calls),
+            link=self.policy.task_link(task.task_id),
+        )
         now = self.clock.now()
         outbox.enqueue_post(
             session,
@@ -139,9 +150,9 @@ class ThreadReporter:
             now=now,
         )
         if self.policy.progress:
-            outbox.set_body(
-                session, progress_key(task.task_id), progress_text(task, _done_label(result))
-            )
+            # The outcome takes the place of the Stop button.
+            done = progress_text(task, _done_label(result))
+            outbox.set_body(session, progress_key(task.task_id), done, actions=())
 
 
 def _done_label(result: TaskResult) -> str:
@@ -172,28 +183,44 @@ def completion_text(
     uncertain: Sequence[str],
     *,
     refused: Sequence[str] = (),
+    link: str | None = None,
 ) -> str:
     """The final reply; its headline is only as confident as the evidence below it."""
+    return to_markdown(completion_reply(result, evidence, uncertain, refused=refused, link=link))
+
+
+def completion_reply(
+    result: TaskResult,
+    evidence: Sequence[EvidenceItem],
+    uncertain: Sequence[str],
+    *,
+    refused: Sequence[str] = (),
+    link: str | None = None,
+) -> Reply:
     shown = newest_per_ref(evidence)
     doubtful = bool(uncertain or refused) or any(_unconfirmed(item) for item in shown)
-    lines = [_headline(result, doubtful)]
-    if result.summary:
-        lines += ["", result.summary.strip()]
-    if shown:
-        lines += ["", "*Evidence*"] + [f"• {describe_evidence(item)}" for item in shown]
-    elif result.status is TaskStatus.succeeded:
-        lines += ["", "_No artifacts were recorded for this task, so nothing here is verified._"]
+    paragraphs = [result.summary] if result.summary else []
+    if not shown and result.status is TaskStatus.succeeded:
+        paragraphs.append(
+            "_No artifacts were recorded for this task, so nothing here is verified._"
+        )
+    notes = []
     if uncertain:
         names = ", ".join(sorted(set(uncertain)))
-        lines += [
-            "",
+        notes.append(
             f"⚠️ Uncertain: {names} was interrupted after dispatch; whether it took "
-            "effect is unknown and it was not repeated.",
-        ]
+            "effect is unknown and it was not repeated."
+        )
     if refused:
         names = ", ".join(sorted(set(refused)))
-        lines += ["", f"⚠️ Not done: {names} did not succeed, so what it was for is missing."]
-    return "\n".join(lines)
+        notes.append(f"⚠️ Not done: {names} did not succeed, so what it was for is missing.")
+    return Reply(
+        headline=_headline(result, doubtful),
+        paragraphs=tuple(paragraphs),
+        evidence=tuple(describe_evidence(item) for item in shown),
+        notes=tuple(notes),
+        link=link,
+    )
 
 
 _WRITES = frozenset({"commit", "pull_request", "comment"})

@@ -482,7 +482,8 @@ def _check_token(state: SlackState, method: str, token: str | None) -> None:
         raise SlackError("not_authed")
     app_token = token in state.app_tokens
     if app_token != (method in _APP_TOKEN_METHODS):
-        raise SlackError("not_allowed_token_type" if app_token or token in state.tokens else "invalid_auth")
+        known = app_token or token in state.tokens
+        raise SlackError("not_allowed_token_type" if known else "invalid_auth")
     if app_token:
         return
     if token in state.revoked:
@@ -497,9 +498,9 @@ def _check_token(state: SlackState, method: str, token: str | None) -> None:
 def _check_workspace(state: SlackState, args: Args, token: str) -> None:
     """A token sees its own workspace's channels only, as on Slack."""
     channel = args.get("channel")
-    if channel in state.channels:
-        if state.channel_teams.get(str(channel), state.team_id) != state.team_of_token(token):
-            raise SlackError("channel_not_found")
+    owner = state.channel_teams.get(str(channel), state.team_id)
+    if channel in state.channels and owner != state.team_of_token(token):
+        raise SlackError("channel_not_found")
 
 
 def _basic_auth(request: Request) -> Args:

@@ -14,6 +14,7 @@ event loop, so tests and ``keel demo`` can drive it from any thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -207,10 +208,9 @@ class SocketHub:
             }
         envelope.attempts += 1
         envelope.sent_at = time.monotonic()
-        try:
+        # If the socket went away the envelope stays unacked and is sent again.
+        with contextlib.suppress(ConnectionError):
             await ws.send_str(json.dumps(message))
-        except ConnectionError:
-            pass  # the socket went away: the envelope stays unacked and is sent again
 
     async def _redeliver_forever(self) -> None:
         while True:

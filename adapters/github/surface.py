@@ -6,11 +6,13 @@ a search of the issue's comments for that marker, so a retry never comments twic
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from adapters.github.client import GitHubClient, parse_issue_ref
+from adapters.github.markdown import to_github
 from runtime.errors import Permanent
-from runtime.surfaces import PostedRef
+from runtime.surfaces import Action, PostedRef
 
 # GitHub refuses comment bodies over 65,536 characters.
 BODY_LIMIT = 65_536
@@ -56,9 +58,13 @@ class GitHubSurface:
     def __init__(self, client: GitHubClient) -> None:
         self.client = client
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+    async def post(
+        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> PostedRef:
+        # No buttons on GitHub: people stop a task by commenting "stop".
         ref = parse_issue_ref(thread_ref)
-        comment = await self.client.create_comment(ref.repo, ref.number, with_marker(text, key))
+        body = with_marker(to_github(text), key)
+        comment = await self.client.create_comment(ref.repo, ref.number, body)
         return _posted(ref.repo, ref.number, comment.comment_id)
 
     async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
@@ -69,14 +75,16 @@ class GitHubSurface:
                 return _posted(ref.repo, ref.number, comment.comment_id)
         return None
 
-    async def update(self, posted: PostedRef, text: str) -> None:
+    async def update(
+        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
         ref = parse_issue_ref(f"github:{posted.ref}")
         if ref.comment_id is None:
             raise Permanent(f"not a GitHub comment: {posted.ref!r}")
         # Keep the marker: find_post must still recognise the post after an edit.
         comments = await self.client.list_comments(ref.repo, ref.number)
         current = next((c for c in comments if c.comment_id == ref.comment_id), None)
-        body = _rekeyed(current.body if current else "", text)
+        body = _rekeyed(current.body if current else "", to_github(text))
         await self.client.edit_comment(ref.repo, ref.number, ref.comment_id, body)
 
     async def react(self, thread_ref: str, emoji: str) -> None:

@@ -55,7 +55,7 @@ class _FromWorkspaces(AsyncAuthorize):
     def __init__(self, workspaces: Workspaces) -> None:
         self.workspaces = workspaces
 
-    async def __call__(  # type: ignore[override]
+    async def __call__(
         self, *, context: Any, enterprise_id: str | None, team_id: str | None, **_: Any
     ) -> AuthorizeResult | None:
         identity = await self.workspaces.identity(team_id)
@@ -80,7 +80,8 @@ def build_bolt_app(
     """The bolt app; request signatures are checked once, by the HTTP route, before it."""
     app = AsyncApp(
         signing_secret="",
-        authorize=_FromWorkspaces(workspaces),
+        # An AsyncAuthorize (not a plain function) may sit beside an OAuth flow.
+        authorize=_FromWorkspaces(workspaces),  # type: ignore[arg-type]
         oauth_flow=oauth_flow,
         # A client is still built per request; it points at our API base URL.
         client=AsyncWebClient(base_url=api_url, retry_handlers=[]),

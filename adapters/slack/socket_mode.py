@@ -29,7 +29,7 @@ class SlackSocketMode:
 
     async def start(self) -> None:
         """Connect; returns once the first websocket is open (reconnects run in background)."""
-        await self.handler.connect_async()
+        await self.handler.connect_async()  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
-        await self.handler.close_async()
+        await self.handler.close_async()  # type: ignore[no-untyped-call]

@@ -1,16 +1,21 @@
 """SlackSurface: replies in a Slack thread through slack_sdk's AsyncWebClient.
 
+Each call uses the client of the thread's workspace (``workspaces.SlackClients``), so a post
+carries that workspace's token. Bodies are rendered from Markdown to mrkdwn (``mrkdwn.py``)
+at the wire; a post with actions gets Block Kit buttons (a section with the text, then an
+actions block), and an edit without them removes the buttons.
+
 Every post carries message metadata ``{"event_type": "keel_post", "event_payload":
 {"key": key}}``; reconciling a post whose response was lost reads the thread with
-``include_all_metadata`` and looks for that key. The client is built with no retry handlers:
-Slack's Web API is all POSTs, and repeating one blindly could post twice. Slack errors are
-translated here, once, into Retryable or Permanent.
+``include_all_metadata`` and looks for that key. Clients have no retry handlers: Slack's Web
+API is all POSTs, and repeating one blindly could post twice. Slack errors are translated
+here, once, into Retryable or Permanent.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,17 +25,24 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.config import SlackConfig
+from adapters.slack.mrkdwn import to_mrkdwn
 from adapters.slack.signals import SlackIdentity
+from adapters.slack.workspaces import SingleWorkspace, SlackClients, web_client
 from runtime.errors import ConfigError, Permanent, Retryable
-from runtime.surfaces import PostedRef
+from runtime.surfaces import Action, PostedRef
 
 # chat.postMessage truncates text beyond 40,000 characters without saying so; we say so.
 TEXT_LIMIT = 40_000
+# A section block's text is limited to 3,000 characters.
+SECTION_LIMIT = 3_000
 _TRUNCATED = "\n… (truncated)"
 _EVENT_TYPE = "keel_post"
+# Prefix of our buttons' action_id: ``keel:stop`` carries the Action named "stop".
+ACTION_PREFIX = "keel:"
 _THREAD_REF = re.compile(
     r"^slack:(?P<team>[^\s/:]+)/(?P<channel>[^\s/:]+)/(?P<thread_ts>\d+\.\d+)(?::(?P<ts>\d+\.\d+))?$"
 )
+_POSTED = re.compile(r"^(?:(?P<team>[^\s/:]+)/)?(?P<channel>[^\s/:]+):(?P<ts>\d+\.\d+)$")
 _RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
@@ -56,12 +68,7 @@ def parse_thread_ref(thread_ref: str) -> SlackThread:
 def slack_client(config: SlackConfig, *, timeout_s: int = 30) -> AsyncWebClient:
     if config.bot_token is None:
         raise ConfigError("slack.bot_token: required to post to Slack")
-    return AsyncWebClient(
-        token=config.bot_token.get_secret_value(),
-        base_url=config.api_url,
-        timeout=timeout_s,
-        retry_handlers=[],
-    )
+    return web_client(config.bot_token.get_secret_value(), config.api_url, timeout_s)
 
 
 def truncated(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -83,54 +90,95 @@ async def fetch_slack_identity(client: AsyncWebClient) -> SlackIdentity:
     )
 
 
+def rendered(text: str, actions: Sequence[Action], *, edit: bool = False) -> dict[str, Any]:
+    """The chat.postMessage / chat.update arguments that show ``text`` (and buttons)."""
+    body = truncated(to_mrkdwn(text))
+    if not actions:
+        # An edit must send an empty list for the buttons shown before to go away.
+        return {"text": body, "blocks": []} if edit else {"text": body}
+    section_text = {"type": "mrkdwn", "text": truncated(body, SECTION_LIMIT)}
+    section = {"type": "section", "text": section_text}
+    buttons = [_button(action) for action in actions]
+    return {"text": body, "blocks": [section, {"type": "actions", "elements": buttons}]}
+
+
+def _button(action: Action) -> dict[str, Any]:
+    button: dict[str, Any] = {
+        "type": "button",
+        "action_id": f"{ACTION_PREFIX}{action.name}",
+        "text": {"type": "plain_text", "text": action.label[:75]},
+        "value": action.value[:2000],
+    }
+    if action.style is not None:
+        button["style"] = action.style
+    return button
+
+
 class SlackSurface:
     name = "slack"
 
-    def __init__(self, client: AsyncWebClient, identity: SlackIdentity | None = None) -> None:
-        self.client = client
-        # With an identity, only our own bot's messages can be mistaken for our posts.
-        self.bot_id = identity.bot_id if identity else None
+    def __init__(self, clients: SlackClients) -> None:
+        self.clients = clients
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+    @classmethod
+    def single(cls, client: AsyncWebClient, identity: SlackIdentity | None = None) -> SlackSurface:
+        """One bot token; with an identity, only that bot's messages count as our posts."""
+        return cls(SingleWorkspace(client, identity or SlackIdentity("", "", "", "")))
+
+    async def post(
+        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> PostedRef:
         thread = parse_thread_ref(thread_ref)
+        client = await self.clients.client(thread.team)
         posted = await call_slack(
-            self.client.chat_postMessage(
+            client.chat_postMessage(
                 channel=thread.channel,
                 thread_ts=thread.thread_ts,
-                text=truncated(text),
                 metadata={"event_type": _EVENT_TYPE, "event_payload": {"key": key}},
+                **rendered(text, actions),
             )
         )
-        return _posted(thread.channel, posted["ts"])
+        return _posted(thread.team, thread.channel, posted["ts"])
 
     async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
         thread = parse_thread_ref(thread_ref)
+        client = await self.clients.client(thread.team)
+        identity = await self.clients.identity(thread.team)
+        bot_id = identity.bot_id if identity and identity.bot_id else None
         cursor: str | None = None
         while True:
             page = await call_slack(
-                self.client.conversations_replies(
+                client.conversations_replies(
                     channel=thread.channel,
                     ts=thread.thread_ts,
                     include_all_metadata=True,
                     cursor=cursor,
                 )
             )
-            found = next((m for m in page["messages"] if self._carries(m, key)), None)
+            found = next((m for m in page["messages"] if _carries(m, key, bot_id)), None)
             if found is not None:
-                return _posted(thread.channel, found["ts"])
+                return _posted(thread.team, thread.channel, found["ts"])
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not page.get("has_more") or not cursor:
                 return None
 
-    async def update(self, posted: PostedRef, text: str) -> None:
-        channel, _, ts = posted.ref.partition(":")
-        if not ts:
+    async def update(
+        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
+        found = _POSTED.match(posted.ref)
+        if found is None:
             raise Permanent(f"not a Slack post: {posted.ref!r}")
-        await call_slack(self.client.chat_update(channel=channel, ts=ts, text=truncated(text)))
+        client = await self.clients.client(found["team"] or "")
+        await call_slack(
+            client.chat_update(
+                channel=found["channel"], ts=found["ts"], **rendered(text, actions, edit=True)
+            )
+        )
 
     async def react(self, thread_ref: str, emoji: str) -> None:
         thread = parse_thread_ref(thread_ref)
-        reaction = self.client.reactions_add(
+        client = await self.clients.client(thread.team)
+        reaction = client.reactions_add(
             channel=thread.channel,
             name=emoji.strip(":"),
             timestamp=thread.message_ts or thread.thread_ts,
@@ -143,16 +191,17 @@ class SlackSurface:
             if not (isinstance(cause, SlackApiError) and _error_code(cause) == "already_reacted"):
                 raise
 
-    def _carries(self, message: dict[str, Any], key: str) -> bool:
-        if self.bot_id is not None and message.get("bot_id") != self.bot_id:
-            return False
-        metadata = message.get("metadata") or {}
-        payload = metadata.get("event_payload") or {}
-        return bool(metadata.get("event_type") == _EVENT_TYPE and payload.get("key") == key)
+
+def _carries(message: dict[str, Any], key: str, bot_id: str | None) -> bool:
+    if bot_id is not None and message.get("bot_id") != bot_id:
+        return False
+    metadata = message.get("metadata") or {}
+    payload = metadata.get("event_payload") or {}
+    return bool(metadata.get("event_type") == _EVENT_TYPE and payload.get("key") == key)
 
 
-def _posted(channel: str, ts: str) -> PostedRef:
-    return PostedRef(surface="slack", ref=f"{channel}:{ts}")
+def _posted(team: str, channel: str, ts: str) -> PostedRef:
+    return PostedRef(surface="slack", ref=f"{team}/{channel}:{ts}")
 
 
 async def call_slack(request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:

@@ -38,14 +38,29 @@ class _Late:
 
     async def handle(self, request: Request) -> Response:
         if self._handler is None:
-            return JSONResponse({"error": "starting up"}, status_code=503,
-                                headers={"Retry-After": "2"})
+            return _starting_up()
         return await self._handler.handle(request)
+
+    async def install(self, request: Request) -> Response:
+        if not isinstance(self._handler, SlackEvents):
+            return _starting_up()
+        return await self._handler.install(request)
+
+
+def _starting_up() -> Response:
+    return JSONResponse({"error": "starting up"}, status_code=503, headers={"Retry-After": "2"})
 
 
 def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = True) -> FastAPI:
     keel = keel or Keel(config)
-    slack = _Late(lambda: _slack_events(keel)) if config.slack.enabled else None
+    slack_config = config.slack
+    http_events = slack_config.enabled and not slack_config.socket_mode
+    slack = _Late(lambda: keel.slack.http_routes() if keel.slack else None) if http_events else None
+    install = (
+        _Late(lambda: keel.slack.install_routes() if keel.slack else None)
+        if slack_config.enabled and slack_config.multi_workspace
+        else None
+    )
     github = (
         _Late(lambda: GitHubWebhook.from_config(config.github, keel, keel.clock))
         if config.github.enabled
@@ -55,13 +70,17 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await keel.connect()
-        for route in (slack, github):
+        for route in (slack, install, github):
             if route is not None:
                 route.ready()
         await keel.start(workers=workers)
+        if keel.slack is not None:
+            await keel.slack.start_socket_mode()
         try:
             yield
         finally:
+            if keel.slack is not None:
+                await keel.slack.stop()  # stop receiving before the workers stop
             await keel.stop()
 
     # FastAPI's own /docs, /redoc and /openapi.json would be open to anyone who can reach the
@@ -77,7 +96,7 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     app.state.keel = keel
     install_ingress(
         app,
-        create_ingress_router(slack=slack, github=github),
+        create_ingress_router(slack=slack, github=github, slack_install=install),
         body_limit_bytes=config.server.body_limit_bytes,
     )
     _mount_health(app, keel)
@@ -101,11 +120,6 @@ def _mount_docs(app: FastAPI, auth: AdminAuth) -> None:
         token = request.query_params.get(TOKEN_QUERY)
         schema = f"/openapi.json?{urlencode({TOKEN_QUERY: token})}" if token else "/openapi.json"
         return get_swagger_ui_html(openapi_url=schema, title="Keel API")
-
-
-def _slack_events(keel: Keel) -> SlackEvents:
-    assert keel.slack_identity is not None
-    return SlackEvents.from_config(keel.config.slack, keel.slack_identity, keel, keel.clock)
 
 
 def _mount_health(app: FastAPI, keel: Keel) -> None:

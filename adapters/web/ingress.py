@@ -14,9 +14,15 @@ from fastapi import APIRouter, FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from adapters.slack.app import (
+    SLACK_EVENTS_PATH,
+    SLACK_INSTALL_PATH,
+    SLACK_INTERACTIVITY_PATH,
+    SLACK_REDIRECT_PATH,
+)
+from routing.intake import IngestResult
 from routing.signal import Ignored, Signal
 
-SLACK_EVENTS_PATH = "/slack/events"
 GITHUB_WEBHOOK_PATH = "/github/webhook"
 
 Scope = MutableMapping[str, Any]
@@ -31,22 +37,35 @@ class SignalSink(Protocol):
 
     async def accept(
         self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> object: ...
+    ) -> IngestResult: ...
 
 
 class WebhookRoute(Protocol):
     async def handle(self, request: Request) -> Response: ...
 
 
+class InstallRoute(Protocol):
+    async def install(self, request: Request) -> Response: ...
+
+
 def create_ingress_router(
-    *, slack: WebhookRoute | None = None, github: WebhookRoute | None = None
+    *,
+    slack: WebhookRoute | None = None,
+    github: WebhookRoute | None = None,
+    slack_install: InstallRoute | None = None,
 ) -> APIRouter:
-    """``POST /slack/events`` and ``POST /github/webhook`` for the surfaces that are enabled."""
+    """The webhook routes of the surfaces that are enabled: ``POST /slack/events`` and
+    ``/slack/interactivity`` (one handler: bolt tells them apart), ``POST /github/webhook``,
+    and the Slack install flow's two pages when OAuth is on."""
     router = APIRouter()
     if slack is not None:
         router.add_api_route(SLACK_EVENTS_PATH, slack.handle, methods=["POST"])
+        router.add_api_route(SLACK_INTERACTIVITY_PATH, slack.handle, methods=["POST"])
     if github is not None:
         router.add_api_route(GITHUB_WEBHOOK_PATH, github.handle, methods=["POST"])
+    if slack_install is not None:
+        for path in (SLACK_INSTALL_PATH, SLACK_REDIRECT_PATH):
+            router.add_api_route(path, slack_install.install, methods=["GET"])
     return router
 
 

@@ -185,6 +185,8 @@ class OutboxRow(Base):
     __table_args__ = (
         Index("ix_outbox_pending", "state", "next_attempt_at"),
         Index("ix_outbox_task", "task_id"),
+        # A reaction or click names a message by where it landed: find its task.
+        Index("ix_outbox_landed_on", "landed_on"),
     )
     outbox_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
     task_id: Mapped[str] = mapped_column(String(40))
@@ -194,6 +196,8 @@ class OutboxRow(Base):
     idempotency_key: Mapped[str] = mapped_column(String(300), unique=True)
     action: Mapped[str] = mapped_column(String(20))
     body: Mapped[str] = mapped_column(Text)
+    # Buttons offered with the post (e.g. Stop), as runtime.surfaces.Action values.
+    actions: Mapped[list[dict[str, Any]] | None] = mapped_column(Json)
     state: Mapped[str] = mapped_column(String(20))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -237,4 +241,37 @@ class RouteAttemptRow(Base):
     target_task_id: Mapped[str | None] = mapped_column(String(40))
     idempotency_key: Mapped[str] = mapped_column(String(300))
     outcome: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class InstallationRow(Base):
+    """A provider installation (a Slack workspace's bot or installer), sealed: ``sealed``
+    is ciphertext the adapter made; the store never sees a token in the clear."""
+
+    __tablename__ = "installations"
+    __table_args__ = (
+        # "" stands for "none" so that uniqueness holds (NULLs never collide).
+        UniqueConstraint(
+            "provider", "enterprise_id", "team_id", "kind", "user_id", name="uq_installations"
+        ),
+    )
+    installation_id: Mapped[int] = mapped_column(
+        "id", AutoId, primary_key=True, autoincrement=True
+    )
+    provider: Mapped[str] = mapped_column(String(20))
+    enterprise_id: Mapped[str] = mapped_column(String(40))
+    team_id: Mapped[str] = mapped_column(String(40))
+    kind: Mapped[str] = mapped_column(String(20))  # bot | installation
+    user_id: Mapped[str] = mapped_column(String(40))
+    sealed: Mapped[str] = mapped_column(Text)
+    installed_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class OAuthStateRow(Base):
+    """An OAuth ``state`` handed to a browser, good once until it expires."""
+
+    __tablename__ = "oauth_states"
+    state: Mapped[str] = mapped_column(String(200), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from runtime.store.models import OutboxRow
 from runtime.store.runs import enqueue_post
+from runtime.surfaces import Action
 
 __all__ = ["OutboxPost", "due_posts", "enqueue_post", "posts_of_task", "set_body"]
 
@@ -24,6 +26,7 @@ class OutboxPost:
     key: str
     action: str  # post | react
     body: str
+    actions: tuple[Action, ...]  # buttons shown with the post
     state: str  # pending | sending | landed | stale | failed
     attempts: int
     landed_on: str | None
@@ -41,6 +44,7 @@ def _to_post(row: OutboxRow) -> OutboxPost:
         row.idempotency_key,
         row.action,
         row.body,
+        tuple(Action.from_json(a) for a in row.actions or ()),
         row.state,
         row.attempts,
         row.landed_on,
@@ -49,12 +53,19 @@ def _to_post(row: OutboxRow) -> OutboxPost:
     )
 
 
-def set_body(session: Session, key: str, body: str) -> None:
-    """New text for an existing post: a landed one becomes stale (to be edited in place)."""
+def set_body(
+    session: Session, key: str, body: str, actions: Sequence[Action] | None = None
+) -> None:
+    """New text (and buttons, unless None: keep them) for an existing post: a landed one
+    becomes stale (to be edited in place)."""
     row = session.scalars(select(OutboxRow).where(OutboxRow.idempotency_key == key)).first()
-    if row is None or row.body == body:
+    if row is None:
+        return
+    stored = [a.to_json() for a in actions] if actions is not None else row.actions
+    if row.body == body and (stored or None) == (row.actions or None):
         return
     row.body = body
+    row.actions = stored or None
     if row.state == "landed":
         row.state = "stale"
 

@@ -28,6 +28,7 @@ from runtime.store.models import (
     UtcDateTime,
 )
 from runtime.store.prepared import Prepared
+from runtime.surfaces import Action
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +460,7 @@ def enqueue_post(
     action: str,
     body: str,
     now: datetime,
+    actions: Sequence[Action] = (),
 ) -> None:
     """Queue one post; the same idempotency key never queues twice."""
     values = dict(
@@ -469,6 +471,7 @@ def enqueue_post(
         idempotency_key=key,
         action=action,
         body=body,
+        actions=[a.to_json() for a in actions] or None,
         state="pending",
         attempts=0,
         next_attempt_at=now,

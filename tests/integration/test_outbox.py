@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -15,7 +16,7 @@ from runtime.scheduler import Scheduler
 from runtime.store import outbox, runs
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
-from runtime.surfaces import PostedRef, Surface
+from runtime.surfaces import Action, PostedRef, Surface
 from tests.factories import make_spec
 
 
@@ -29,7 +30,9 @@ class FakeSurface:
     fail_with: Exception | None = None
     lose_response_once: bool = False
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+    async def post(
+        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> PostedRef:
         if self.fail_with is not None:
             raise self.fail_with
         self.posts.append((thread_ref, text, key))
@@ -44,7 +47,9 @@ class FakeSurface:
                 return PostedRef(self.name, f"C1:{index}")
         return None
 
-    async def update(self, posted: PostedRef, text: str) -> None:
+    async def update(
+        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
         self.updates.append((posted.ref, text))
 
     async def react(self, thread_ref: str, emoji: str) -> None:
@@ -225,7 +230,9 @@ class _RefusingThread:
     inner: FakeSurface
     refused: str
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+    async def post(
+        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> PostedRef:
         if thread_ref == self.refused:
             raise Permanent("channel_not_found")
         return await self.inner.post(thread_ref, text, key=key)
@@ -235,7 +242,9 @@ class _RefusingThread:
             return None
         return await self.inner.find_post(thread_ref, key=key)
 
-    async def update(self, posted: PostedRef, text: str) -> None:
+    async def update(
+        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
         await self.inner.update(posted, text)
 
     async def react(self, thread_ref: str, emoji: str) -> None:

@@ -140,7 +140,7 @@ async def _short_timeout_surfaces(slack_url: str, github_url: str) -> dict[str, 
     )
     client = slack_client(config, timeout_s=1)
     return {
-        "slack": SlackSurface(client, await fetch_slack_identity(client)),
+        "slack": SlackSurface.single(client, await fetch_slack_identity(client)),
         "github": GitHubSurface(GitHubClient.with_token(github_url, "ghp-faults", timeout_s=1)),
     }
 

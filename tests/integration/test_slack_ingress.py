@@ -17,16 +17,19 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from adapters.config import SlackConfig
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.emulators.webhooks import deliver, load_slack_event, sign_slack
 from adapters.slack.app import SlackEvents
+from adapters.slack.bolt import build_bolt_app
 from adapters.slack.signals import SlackIdentity
+from adapters.slack.workspaces import SingleWorkspace, web_client
 from adapters.web.ingress import create_ingress_router, install_ingress
+from routing.intake import IngestResult
 from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
+from runtime.ids import SignalId
 
 SECRET = "slack-signing-secret"
 IDENTITY = SlackIdentity(team_id="T111", bot_user_id="W111", bot_id="B111", app_id="A111")
@@ -43,12 +46,12 @@ class RecordingSink:
 
     async def accept(
         self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> object:
+    ) -> IngestResult:
         if self.failure is not None:
             raise self.failure
         with self.lock:
             self.accepted.append((outcome, provider, delivery_id, raw_kind))
-        return None
+        return IngestResult(SignalId(f"s{len(self.accepted)}"), "drop", "not_addressed", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +70,10 @@ def ingress() -> Iterator[Ingress]:
     api = SlackState()
     sink = RecordingSink()
     with serve(create_slack_app(api)) as emulator:
-        config = SlackConfig(
-            bot_token="xoxb-keel-emulated", signing_secret=SECRET, api_url=f"{emulator.url}/api/"
-        )
-        events = SlackEvents.from_config(config, IDENTITY, sink, SystemClock())
+        api_url = f"{emulator.url}/api/"
+        workspace = SingleWorkspace(web_client("xoxb-keel-emulated", api_url), IDENTITY)
+        bolt = build_bolt_app(workspace, sink, SystemClock(), api_url=api_url)
+        events = SlackEvents(bolt, signing_secret=SECRET, clock=SystemClock())
         app = FastAPI()
         install_ingress(app, create_ingress_router(slack=events), body_limit_bytes=BODY_LIMIT)
         with serve(app) as server:

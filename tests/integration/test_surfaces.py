@@ -48,13 +48,12 @@ async def slack() -> AsyncIterator[Slack]:
         client = slack_client(config, timeout_s=5)
         identity = await fetch_slack_identity(client)
         thread_ref = f"slack:{state.team_id}/{CHANNEL}/{root_ts}"
-        yield Slack(state, SlackSurface(client, identity), thread_ref, root_ts)
+        yield Slack(state, SlackSurface.single(client, identity), thread_ref, root_ts)
 
 
 async def test_identity_read_from_auth_test_when_fetched_at_startup(slack: Slack) -> None:
     state = slack.state
-    assert slack.surface.bot_id == state.bot_id
-    client = slack.surface.client
+    client = await slack.surface.clients.client(state.team_id)
     identity = await fetch_slack_identity(client)
     expected = (state.team_id, state.bot_user_id, state.bot_id, state.app_id)
     assert (identity.team_id, identity.bot_user_id, identity.bot_id, identity.app_id) == expected
@@ -64,7 +63,7 @@ async def test_post_lands_in_thread_and_is_found_by_key_when_posted(slack: Slack
     posted = await slack.surface.post(slack.thread_ref, "On it.", key="task-1:ack")
 
     [message] = slack.state.bot_posts(CHANNEL)
-    assert posted == PostedRef("slack", f"{CHANNEL}:{message.ts}")
+    assert posted == PostedRef("slack", f"{slack.state.team_id}/{CHANNEL}:{message.ts}")
     assert (message.thread_ts, message.text) == (slack.root_ts, "On it.")
     assert await slack.surface.find_post(slack.thread_ref, key="task-1:ack") == posted
     assert await slack.surface.find_post(slack.thread_ref, key="task-1:done") is None
@@ -78,7 +77,7 @@ async def test_one_post_found_when_response_was_dropped(slack: Slack) -> None:
     found = await slack.surface.find_post(slack.thread_ref, key="task-1:done")
 
     [message] = slack.state.bot_posts(CHANNEL)
-    assert found == PostedRef("slack", f"{CHANNEL}:{message.ts}")
+    assert found == PostedRef("slack", f"{slack.state.team_id}/{CHANNEL}:{message.ts}")
 
 
 async def test_rate_limit_surfaces_retry_after_then_posts_once_when_retried(slack: Slack) -> None:

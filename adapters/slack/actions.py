@@ -1,0 +1,166 @@
+"""Button clicks on Keel's messages (Block Kit ``block_actions``), over HTTP or Socket Mode.
+
+A click on a ``keel:<name>`` button becomes a Signal of kind ``action`` (``signal_from_click``,
+pure) and goes to the same sink as events: the Stop button stops the thread's task exactly
+as a 🛑 would, with the same authorisation. The click is acknowledged after the Signal is
+committed; a second click of the same button finds the stop already recorded, so the task
+stops once. A click Keel refuses (not allowed, or nothing left to stop) is answered with a
+message only the clicker sees (chat.postEphemeral), after the acknowledgement.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from slack_bolt.async_app import AsyncAck, AsyncApp
+
+from adapters.slack.signals import SlackIdentity
+from adapters.slack.surface import ACTION_PREFIX, call_slack
+from adapters.slack.workspaces import SlackClients
+from routing.intake import IngestResult
+from routing.signal import Actor, Ignored, Signal, frozen_detail
+from runtime.clock import Clock
+from runtime.errors import KeelError, Retryable
+
+if TYPE_CHECKING:
+    from adapters.web.ingress import SignalSink
+
+log = logging.getLogger(__name__)
+_REFUSALS = {
+    "unauthorised": "Sorry, you are not allowed to stop this task.",
+    "not_addressed": "There is nothing to stop here: this task has already finished.",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Id(_Model):
+    id: str
+
+
+class _User(_Model):
+    id: str
+    username: str | None = None
+    name: str | None = None
+
+
+class _Container(_Model):
+    message_ts: str
+    channel_id: str
+    thread_ts: str | None = None
+
+
+class _Message(_Model):
+    ts: str
+    thread_ts: str | None = None
+
+
+class _Action(_Model):
+    action_id: str
+    value: str = ""
+    action_ts: str
+
+
+class _Click(_Model):
+    team: _Id
+    user: _User
+    container: _Container
+    message: _Message | None = None
+    actions: list[_Action]
+
+
+def signal_from_click(
+    payload: dict[str, Any], identity: SlackIdentity, *, received_at: datetime
+) -> Signal | Ignored:
+    """One ``block_actions`` payload (its first action) as a Signal, or why not."""
+    try:
+        click = _Click.model_validate(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        return Ignored("unsupported", ".".join(map(str, first["loc"])) + f": {first['msg']}")
+    if not click.actions or not click.actions[0].action_id.startswith(ACTION_PREFIX):
+        return Ignored("unsupported", "not a Keel button")
+    action, where = click.actions[0], click.container
+    name = action.action_id.removeprefix(ACTION_PREFIX)
+    root = where.thread_ts or (click.message.thread_ts if click.message else None)
+    thread_ref = f"slack:{click.team.id}/{where.channel_id}/{root or where.message_ts}"
+    person = click.user
+    return Signal(
+        provider="slack",
+        delivery_id=click_id(click.team.id, where.channel_id, action.action_ts, person.id),
+        kind="action",
+        thread_ref=thread_ref,
+        objective_key=thread_ref,
+        actor=Actor(
+            id=person.id,
+            name=person.username or person.name or person.id,
+            is_bot=False,
+            is_self=False,
+        ),
+        text=name,
+        addresses_bot=True,
+        command="stop" if name == "stop" else None,
+        links=(),
+        received_at=received_at,
+        dedupe_key=(
+            f"slack:{click.team.id}:{where.channel_id}:{where.message_ts}:action:{name}"
+            f":{person.id}:{action.action_ts}"
+        ),
+        repo=None,
+        event_action="block_actions",
+        detail=frozen_detail(
+            team=click.team.id,
+            channel=where.channel_id,
+            item_ts=where.message_ts,
+            action=name,
+            value=action.value,
+            app_id=identity.app_id,
+        ),
+    )
+
+
+def click_id(team: str, channel: str, action_ts: str, user: str) -> str:
+    """A click's identity: Slack sends the same ``action_ts`` if it delivers it again."""
+    return f"action:{team}:{channel}:{action_ts}:{user}"
+
+
+def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clock: Clock) -> None:
+    @app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))
+    async def on_click(ack: AsyncAck, body: dict[str, Any], context: Any) -> None:
+        identity = await clients.identity(context.team_id) or SlackIdentity("", "", "", "")
+        outcome = signal_from_click(body, identity, received_at=clock.now())
+        delivery = outcome.delivery_id if isinstance(outcome, Signal) else "action:unreadable"
+        try:
+            result = await sink.accept(
+                outcome, provider="slack", delivery_id=delivery, raw_kind="block_actions"
+            )
+        except Retryable:
+            return  # not acknowledged: Slack tells the person it failed, and a retry works
+        await ack()
+        if isinstance(outcome, Signal):
+            await _answer_refusal(clients, outcome, result)
+
+
+async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestResult) -> None:
+    text = _REFUSALS.get(result.reason or "") if result.decision == "drop" else None
+    if text is None:
+        return
+    detail = click.detail
+    try:
+        client = await clients.client(str(detail["team"]))
+        await call_slack(
+            client.chat_postEphemeral(
+                channel=str(detail["channel"]),
+                user=click.actor.id,
+                text=text,
+                thread_ts=click.thread_ref.rsplit("/", 1)[-1],
+            )
+        )
+    except KeelError as e:  # the click is recorded; only the courtesy note is lost
+        log.warning("could not tell %s why their click was refused: %s", click.actor.id, e)

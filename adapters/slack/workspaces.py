@@ -1,0 +1,140 @@
+"""Which Slack workspaces Keel is in, who it is there, and a Web API client for each.
+
+- ``SingleWorkspace``: the simple default, one ``slack.bot_token``; its identity is read once
+  at start (auth.test). An ``app_uninstalled``/``tokens_revoked`` disables it until restart.
+- ``InstalledWorkspaces``: multi-workspace install (``slack.oauth``); each workspace's bot
+  comes from the sealed installation store, a rotating token is refreshed before it expires
+  (and saved), and a workspace that removed Keel is forgotten.
+
+Every Web API call for a thread goes through ``client(team_id)``, so a post always carries
+the token of the workspace it goes to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from slack_sdk.errors import SlackApiError, SlackTokenRotationError
+from slack_sdk.oauth.installation_store.models.bot import Bot
+from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.installations import SealedInstallationStore
+from adapters.slack.signals import SlackIdentity
+from runtime.errors import Permanent, Retryable
+
+log = logging.getLogger(__name__)
+
+
+class SlackClients(Protocol):
+    """What the surface needs: a client and our bot's id, per workspace."""
+
+    async def client(self, team_id: str) -> AsyncWebClient: ...
+
+    async def identity(self, team_id: str | None) -> SlackIdentity | None: ...
+
+
+def web_client(token: str | None, api_url: str, timeout_s: int = 30) -> AsyncWebClient:
+    # No retry handlers: the Web API is all POSTs, and a blind repeat could post twice.
+    return AsyncWebClient(token=token, base_url=api_url, timeout=timeout_s, retry_handlers=[])
+
+
+class SingleWorkspace:
+    def __init__(self, client: AsyncWebClient, identity: SlackIdentity) -> None:
+        self._client = client
+        self._identity = identity
+        self.removed = False
+
+    async def identity(self, team_id: str | None) -> SlackIdentity | None:
+        return None if self.removed else self._identity
+
+    async def client(self, team_id: str) -> AsyncWebClient:
+        if self.removed:
+            raise Permanent(f"Keel was removed from Slack workspace {self._identity.team_id}")
+        return self._client
+
+    async def revoke(self, team_id: str, event: dict[str, Any]) -> None:
+        if team_id == self._identity.team_id and _bot_revoked(event, self._identity):
+            self.removed = True
+
+
+class InstalledWorkspaces:
+    def __init__(
+        self,
+        store: SealedInstallationStore,
+        *,
+        api_url: str,
+        client_id: str,
+        client_secret: str,
+        rotation_minutes: int = 120,
+    ) -> None:
+        self.store = store
+        self.api_url = api_url
+        self.rotation_minutes = rotation_minutes
+        self._rotator = AsyncTokenRotator(
+            client_id=client_id, client_secret=client_secret, client=web_client(None, api_url)
+        )
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def identity(self, team_id: str | None) -> SlackIdentity | None:
+        bot = await self._bot(team_id) if team_id else None
+        if bot is None:
+            return None
+        return SlackIdentity(
+            team_id=str(bot.team_id),
+            bot_user_id=str(bot.bot_user_id or ""),
+            bot_id=str(bot.bot_id or ""),
+            app_id=str(bot.app_id or ""),
+        )
+
+    async def client(self, team_id: str) -> AsyncWebClient:
+        # One rotation at a time per workspace: a refresh token is good once.
+        async with self._locks.setdefault(team_id, asyncio.Lock()):
+            bot = await self._bot(team_id)
+            if bot is None:
+                raise Permanent(f"Keel is not installed in Slack workspace {team_id}")
+            bot = await self._rotated(bot)
+        return web_client(bot.bot_token, self.api_url)
+
+    async def revoke(self, team_id: str, event: dict[str, Any]) -> None:
+        if event.get("type") == "app_uninstalled":
+            await self.store.async_delete_all(enterprise_id=None, team_id=team_id)
+            return
+        tokens = event.get("tokens") or {}
+        if tokens.get("bot"):
+            await self.store.async_delete_bot(enterprise_id=None, team_id=team_id)
+        for user_id in tokens.get("oauth") or ():
+            await self.store.async_delete_installation(
+                enterprise_id=None, team_id=team_id, user_id=user_id
+            )
+
+    async def _bot(self, team_id: str | None) -> Bot | None:
+        bot: Bot | None = await self.store.async_find_bot(enterprise_id=None, team_id=team_id)
+        return bot
+
+    async def _rotated(self, bot: Bot) -> Bot:
+        if bot.bot_refresh_token is None:
+            return bot
+        try:
+            refreshed: Bot | None = await self._rotator.perform_bot_token_rotation(
+                bot=bot, minutes_before_expiration=self.rotation_minutes
+            )
+        except SlackTokenRotationError as e:
+            cause = e.api_error if isinstance(e.api_error, SlackApiError) else None
+            code = cause.response.get("error") if cause is not None else "unknown"
+            # Another process may have used the refresh token first and saved the new one.
+            raise Retryable(f"Slack token rotation for {bot.team_id} failed: {code}") from e
+        if refreshed is None:
+            return bot
+        await self.store.async_save_bot(refreshed)
+        log.info("Slack workspace %s: bot token rotated", bot.team_id)
+        return refreshed
+
+
+def _bot_revoked(event: dict[str, Any], identity: SlackIdentity) -> bool:
+    if event.get("type") == "app_uninstalled":
+        return True
+    bots = (event.get("tokens") or {}).get("bot") or ()
+    return identity.bot_user_id in bots or not identity.bot_user_id

@@ -6,6 +6,7 @@ The lifespan connects to the providers, starts the workers and the outbox, and o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import urlencode
@@ -62,13 +63,14 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
         else None
     )
     github = (
-        _Late(lambda: GitHubWebhook.from_config(config.github, keel, keel.clock))
+        _Late(lambda: GitHubWebhook.from_config(config.github, keel.sink, keel.clock))
         if config.github.enabled
         else None
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(keel.migrate)
         await keel.connect()
         for route in (slack, install, github):
             if route is not None:

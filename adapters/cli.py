@@ -133,6 +133,9 @@ def db_upgrade(
 @app.command()
 def demo(
     workdir: Annotated[Path | None, typer.Option(help="Keep the demo's files here.")] = None,
+    socket_mode: Annotated[
+        bool, typer.Option(help="Slack events over Socket Mode instead of HTTP.")
+    ] = False,
 ) -> None:
     """Run the whole job end to end: emulated Slack and GitHub, SQLite, the scripted model."""
     import asyncio
@@ -142,7 +145,7 @@ def demo(
 
     folder = workdir or Path(tempfile.mkdtemp(prefix="keel-demo-"))
     typer.echo(f"Keel demo in {folder}")
-    result = asyncio.run(run_demo(folder, echo=typer.echo))
+    result = asyncio.run(run_demo(folder, echo=typer.echo, socket_mode=socket_mode))
     print_thread(result, typer.echo)
     if result.ui_url:
         typer.echo(f"Task UI (while Keel runs): {result.ui_url}")

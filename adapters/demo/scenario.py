@@ -3,6 +3,10 @@
 It starts the Slack and GitHub emulators and Keel on loopback, creates a sample repository
 with a failing test, sends a signed mention and, mid-run, a follow-up; it plays CI on the
 pull request the agent opens, and shows the thread as a person would see it.
+
+With ``socket_mode`` (``keel demo --socket-mode``) Keel gets an app-level token instead of
+serving ``/slack/events``: it opens the emulator's Socket Mode websocket, and each event is
+sent as an envelope that must be acknowledged, as Slack does for a Keel behind a firewall.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
 from adapters.emulators.slack import SlackMessage, SlackState, create_slack_app
+from adapters.emulators.slack_socket import SocketHub
 from adapters.emulators.webhooks import deliver, sign_slack
 from adapters.web.app import create_app
 from runtime.store import runs
@@ -33,6 +38,7 @@ CHANNEL = "C0KEELGEN1"
 PERSON = ("U0DEMODANA", "dana")
 SIGNING_SECRET = "demo-signing-secret"
 BOT_TOKEN = "xoxb-keel-emulated"
+APP_TOKEN = "xapp-keel-emulated"
 GITHUB_TOKEN = "ghp-demo-token"
 WEBHOOK_SECRET = "demo-webhook-secret"
 REPO = "acme/shop"
@@ -98,9 +104,18 @@ def demo_tree(
 
 
 def demo_config(
-    workdir: Path, db_url: str, slack_url: str, github_url: str, bare: Path
+    workdir: Path,
+    db_url: str,
+    slack_url: str,
+    github_url: str,
+    bare: Path,
+    *,
+    socket_mode: bool = False,
 ) -> AppConfig:
-    return build_config(demo_tree(workdir, db_url, slack_url, github_url, bare), env={})
+    tree = demo_tree(workdir, db_url, slack_url, github_url, bare)
+    if socket_mode:
+        tree["slack"]["app_token"] = APP_TOKEN
+    return build_config(tree, env={})
 
 
 def _envelope(event: dict[str, Any], team: str) -> dict[str, Any]:
@@ -115,11 +130,31 @@ def _envelope(event: dict[str, Any], team: str) -> dict[str, Any]:
     }
 
 
-async def _send(url: str, event: dict[str, Any], team: str) -> None:
-    request = sign_slack(_envelope(event, team), SIGNING_SECRET)
-    [response] = await deliver(url + "/slack/events", request)
-    if response.status_code != 200:
-        raise RuntimeError(f"Keel refused the Slack event: {response.status_code} {response.text}")
+Send = Callable[[dict[str, Any], str], Awaitable[None]]
+
+
+def http_sender(keel_url: str) -> Send:
+    """Events as Slack's Events API sends them: signed POSTs to /slack/events."""
+
+    async def send(event: dict[str, Any], team: str) -> None:
+        request = sign_slack(_envelope(event, team), SIGNING_SECRET)
+        [response] = await deliver(keel_url + "/slack/events", request)
+        if response.status_code != 200:
+            raise RuntimeError(f"Keel refused the Slack event: {response.status_code}")
+
+    return send
+
+
+def socket_sender(hub: SocketHub) -> Send:
+    """Events as Socket Mode sends them: envelopes on Keel's websocket, each acknowledged."""
+
+    async def send(event: dict[str, Any], team: str) -> None:
+        envelope_id = hub.send(_envelope(event, team))
+        acked = await asyncio.to_thread(hub.wait, lambda: hub.is_acked(envelope_id))
+        if not acked:
+            raise RuntimeError(f"Keel did not acknowledge envelope {envelope_id}")
+
+    return send
 
 
 class _Watcher:
@@ -221,6 +256,7 @@ async def run_demo(
     echo: Echo = print,
     timeout_s: float = 180,
     inspect: Inspect | None = None,
+    socket_mode: bool = False,
 ) -> DemoResult:
     """Run the scenario; ``inspect(keel_url, task_id)`` runs before Keel shuts down."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -231,28 +267,37 @@ async def run_demo(
     github.add_token(GITHUB_TOKEN, "keel-bot")
     github.add_repo(REPO).resolve_branch = lambda branch: branch_head(bare, branch)
     servers: list[RunningServer] = []
+    hub = SocketHub(app_id=slack.app_id).start() if socket_mode else None
+    slack.socket = hub
     try:
         servers += [serve(create_slack_app(slack)), serve(create_github_app(github))]
-        config = demo_config(workdir, db_url, servers[0].url, servers[1].url, bare)
+        config = demo_config(
+            workdir, db_url, servers[0].url, servers[1].url, bare, socket_mode=socket_mode
+        )
         keel = serve(create_app(config), lifespan="on")
         servers.append(keel)
+        transport = "Socket Mode" if hub else "HTTP events"
         echo(
-            f"Keel is up at {keel.url} (Slack and GitHub emulators at {servers[0].url}, "
-            f"{servers[1].url})"
+            f"Keel is up at {keel.url}, Slack over {transport} (Slack and GitHub emulators at "
+            f"{servers[0].url}, {servers[1].url})"
         )
-        result = await _drive(workdir, db_url, keel.url, slack, github, echo, timeout_s)
+        send = socket_sender(hub) if hub else http_sender(keel.url)
+        result = await _drive(workdir, db_url, keel.url, send, slack, github, echo, timeout_s)
         if inspect is not None and result.task_id is not None:
             await inspect(keel.url, result.task_id)
         return result
     finally:
         for server in reversed(servers):
             server.stop()
+        if hub is not None:
+            hub.stop()
 
 
 async def _drive(
     workdir: Path,
     db_url: str,
     keel_url: str,
+    send: Send,
     slack: SlackState,
     github: GitHubState,
     echo: Echo,
@@ -261,8 +306,8 @@ async def _drive(
     root_ts = slack.seed_message(CHANNEL, f"<@{slack.bot_user_id}> {MENTION}", user=PERSON[0])
     echo(f"dana: @keel {MENTION}")
     # Slack sends both events for one mention; Keel must make one task of them.
-    await _send(keel_url, _mention_event(slack, root_ts, "app_mention"), slack.team_id)
-    await _send(keel_url, _mention_event(slack, root_ts, "message"), slack.team_id)
+    await send(_mention_event(slack, root_ts, "app_mention"), slack.team_id)
+    await send(_mention_event(slack, root_ts, "message"), slack.team_id)
     db = Database.from_url(db_url)
     watcher = _Watcher(db, slack, echo)
     objective = f"slack:{slack.team_id}/{CHANNEL}/{root_ts}"
@@ -276,7 +321,7 @@ async def _drive(
             if task_id is not None:
                 run, task = await watcher.report(task_id)
                 if not followed_up and run is not None and run.turn >= 1:
-                    followed_up = await _follow_up(keel_url, slack, root_ts, echo)
+                    followed_up = await _follow_up(send, slack, root_ts, echo)
                 _play_ci(github, ci)
                 posts = await _posts(db, task_id)
                 if task.status in ("succeeded", "failed", "canceled", "timed_out") and any(
@@ -298,7 +343,7 @@ async def _posts(db: Database, task_id: str) -> list[Any]:
     return await db.read(lambda s: posts_of_task(s, task_id))
 
 
-async def _follow_up(keel_url: str, slack: SlackState, root_ts: str, echo: Echo) -> bool:
+async def _follow_up(send: Send, slack: SlackState, root_ts: str, echo: Echo) -> bool:
     ts = slack.seed_message(CHANNEL, FOLLOW_UP, user=PERSON[0], thread_ts=root_ts)
     echo(f"dana (in the thread, mid-run): {FOLLOW_UP}")
     event = {
@@ -311,7 +356,7 @@ async def _follow_up(keel_url: str, slack: SlackState, root_ts: str, echo: Echo)
         "event_ts": ts,
         "channel_type": "channel",
     }
-    await _send(keel_url, event, slack.team_id)
+    await send(event, slack.team_id)
     return True
 
 

@@ -62,6 +62,7 @@ class SocketHub:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
+        self._redelivery: asyncio.Task[None] | None = None
         self._port = 0
         self._lock = threading.Lock()
 
@@ -135,9 +136,11 @@ class SocketHub:
         server = site._server
         assert server is not None and server.sockets  # type: ignore[attr-defined]
         self._port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        self._loop.create_task(self._redeliver_forever())
+        self._redelivery = self._loop.create_task(self._redeliver_forever())
 
     async def _stop(self) -> None:
+        if self._redelivery is not None:
+            self._redelivery.cancel()
         for ws in list(self._hub.sockets):
             await ws.close()
         if self._runner is not None:

@@ -122,7 +122,7 @@ class _Ingest(AsyncMiddleware):
             await self.sink.accept(
                 outcome,
                 provider="slack",
-                delivery_id=delivery_id(envelope, req.raw_body),
+                delivery_id=delivery_id(envelope),
                 raw_kind=_raw_kind(envelope),
             )
         except Retryable:
@@ -158,12 +158,13 @@ def retry_later() -> BoltResponse:
     return BoltResponse(status=503, body=json.dumps(_RETRY_LATER), headers=headers)
 
 
-def delivery_id(envelope: dict[str, Any], raw_body: str) -> str:
+def delivery_id(envelope: dict[str, Any]) -> str:
     event_id = envelope.get("event_id")
     if isinstance(event_id, str) and event_id:
         return event_id
-    # No event id to dedupe on: the body itself is the identity of a redelivery.
-    body = raw_body or json.dumps(envelope, sort_keys=True)
+    # No event id to dedupe on: the payload itself is the identity of a redelivery, taken
+    # in a canonical form so that HTTP and Socket Mode name one delivery alike.
+    body = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "body:" + hashlib.sha256(body.encode()).hexdigest()[:32]
 
 

@@ -23,6 +23,7 @@ from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
 from adapters.emulators.slack import SlackState, create_slack_app
+from adapters.emulators.slack_socket import SocketHub
 from adapters.emulators.webhooks import deliver, sign_github, sign_slack
 from adapters.web.app import create_app
 from runtime.store import runs
@@ -38,6 +39,7 @@ BOT_TOKEN = "xoxb-live-bot-token-8d41"
 GITHUB_TOKEN = "ghp_live_token_77ab3e"
 WEBHOOK_SECRET = "live-webhook-secret-c9e0"
 ADMIN_TOKEN = "live-admin-token-4b1d"
+APP_TOKEN = "xapp-live-app-token-31c7"
 GH_REPO = "Codertocat/Hello-World"
 GH_USER = "Codertocat"
 SHOP = "acme/shop"
@@ -75,6 +77,7 @@ class Live:
     slack: SlackState
     github: GitHubState
     app: Any
+    hub: SocketHub | None = None
 
     def mention(
         self, text: str, *, user: str = PERSON, kind: str = "app_mention"
@@ -129,6 +132,11 @@ class Live:
             self.url + "/slack/events", signed, times=times, concurrently=True, slack_retries=True
         )
 
+    def send_socket(self, event: dict[str, Any], *, event_id: str | None = None) -> str:
+        """One envelope on Keel's Socket Mode websocket; returns its envelope id."""
+        assert self.hub is not None, "live_keel(socket_mode=True) serves Socket Mode"
+        return self.hub.send(self.envelope(event, event_id))
+
     async def send_github(
         self,
         event: str,
@@ -167,9 +175,11 @@ def live_keel(
     workers: bool = False,
     extra: dict[str, Any] | None = None,
     app_public_key: str | None = None,
+    socket_mode: bool = False,
 ) -> Iterator[Live]:
     """Emulators and Keel on loopback; the GitHub user Codertocat may write to Hello-World,
-    and ``acme/shop`` is the demo's sample repository (with a failing test)."""
+    and ``acme/shop`` is the demo's sample repository (with a failing test). With
+    ``socket_mode`` Slack events come over the emulator's Socket Mode websocket."""
     workdir.mkdir(parents=True, exist_ok=True)
     bare = create_sample_repo(workdir / "origin")
     slack, github = SlackState(), GitHubState(app_public_key=app_public_key)
@@ -181,15 +191,21 @@ def live_keel(
     github.add_user(GH_USER)
     github.set_permission(GH_REPO, GH_USER, "write")
     servers: list[RunningServer] = []
+    hub = SocketHub(app_id=slack.app_id, ack_timeout_s=2.0).start() if socket_mode else None
+    slack.socket = hub
+    slack.app_tokens.add(APP_TOKEN)
+    extra = merge(extra or {}, {"slack": {"app_token": APP_TOKEN}} if socket_mode else {})
     try:
         servers += [serve(create_slack_app(slack)), serve(create_github_app(github))]
-        config = live_config(workdir, db_url, servers[0].url, servers[1].url, bare, extra or {})
+        config = live_config(workdir, db_url, servers[0].url, servers[1].url, bare, extra)
         app = create_app(config, workers=workers)
         servers.append(serve(app, lifespan="on"))
-        yield Live(servers[2].url, db_url, slack, github, app)
+        yield Live(servers[2].url, db_url, slack, github, app, hub)
     finally:
         for server in reversed(servers):
             server.stop()
+        if hub is not None:
+            hub.stop()
 
 
 def _play_ci(github: GitHubState) -> None:

@@ -55,3 +55,17 @@ async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
     assert mailbox[0] < keys.index("model:2:0")
     rendered = entries[mailbox[0]].payload["text"]
     assert rendered.startswith("<mailbox_update>") and "public API" in rendered
+
+
+async def test_same_job_runs_end_to_end_over_socket_mode(db_url: str, tmp_path: Path) -> None:
+    """`keel demo --socket-mode`: every event reaches Keel as a Socket Mode envelope."""
+    result = await run_demo(
+        tmp_path, db_url=db_url, echo=lambda line: None, timeout_s=120, socket_mode=True
+    )
+    assert result.problems == []
+    slack = result.slack
+    assert result.ok and slack is not None
+    opened = [r for r in slack.requests if r.path.endswith("/apps.connections.open")]
+    assert len(opened) >= 1  # Keel dialled out with its app-level token
+    completion = [m for m in slack.bot_posts(CHANNEL) if m.text.startswith("✅")]
+    assert len(completion) == 1 and "read back from GitHub" in completion[0].text

@@ -7,10 +7,9 @@ in for the Web API so the tests can show that no API call is made on the request
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,33 +24,14 @@ from adapters.slack.bolt import build_bolt_app
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.workspaces import SingleWorkspace, web_client
 from adapters.web.ingress import create_ingress_router, install_ingress
-from routing.intake import IngestResult
 from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
-from runtime.ids import SignalId
+from tests.sinks import RecordingSink
 
 SECRET = "slack-signing-secret"
 IDENTITY = SlackIdentity(team_id="T111", bot_user_id="W111", bot_id="B111", app_id="A111")
 BODY_LIMIT = 4096
-
-
-@dataclass
-class RecordingSink:
-    """Records every outcome; ``failure`` makes ``accept`` raise as a database outage would."""
-
-    accepted: list[tuple[Signal | Ignored, str, str, str]] = field(default_factory=list)
-    failure: Exception | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    async def accept(
-        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> IngestResult:
-        if self.failure is not None:
-            raise self.failure
-        with self.lock:
-            self.accepted.append((outcome, provider, delivery_id, raw_kind))
-        return IngestResult(SignalId(f"s{len(self.accepted)}"), "drop", "not_addressed", None)
 
 
 @dataclass(frozen=True, slots=True)

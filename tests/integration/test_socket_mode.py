@@ -87,7 +87,9 @@ async def both() -> AsyncIterator[Both]:
 
 
 def _comparable(outcome: Signal | Ignored) -> Signal | Ignored:
-    return dataclasses.replace(outcome, received_at=WHEN) if isinstance(outcome, Signal) else outcome
+    if isinstance(outcome, Signal):
+        return dataclasses.replace(outcome, received_at=WHEN)
+    return outcome
 
 
 async def _acked(hub: SocketHub, envelope_id: str, timeout_s: float = 15) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
@@ -38,7 +39,7 @@ from routing.router import (
     TaskView,
     decide,
 )
-from routing.signal import Ignored, Signal
+from routing.signal import Ignored, Signal, thread_root
 from runtime.clock import Clock, SystemClock
 from runtime.errors import KeelError, Retryable
 from runtime.executor.faults import FaultPlan
@@ -58,6 +59,9 @@ DECISIONS: frozenset[str] = frozenset(get_args(Decision))
 # Decisions that put work in a task's hands, and so are acknowledged on the thread.
 ACKNOWLEDGED: frozenset[Decision] = frozenset({"new_task", "append", "stop"})
 ReadBack = Literal["missing", "terminal", "active"]
+_SLACK_ITEM = re.compile(
+    r"^slack:(?P<team>[^\s/:]+)/(?P<channel>[^\s/:]+)/(?P<thread_ts>\d+\.\d+)(?::(?P<ts>\d+\.\d+))?$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +205,25 @@ class Router:
             log.warning("permission of %s on %s unknown: %s", signal.actor.name, signal.repo, e)
             return signal
         return with_permission(signal, found)
+
+    async def _in_its_thread(self, signal: Signal) -> Signal:
+        """A reaction or click names one message, which may be anywhere in a thread (the
+        mention, our progress message): it acts on the thread that message belongs to."""
+        found = _SLACK_ITEM.match(signal.thread_ref)
+        if signal.kind not in ("reaction", "action") or found is None:
+            return signal
+        team, channel, ts = found["team"], found["channel"], found["ts"] or found["thread_ts"]
+        owner = await self.db.read(
+            lambda s: store.owner_of_message(
+                s,
+                landed_on=f"slack:{team}/{channel}:{ts}",
+                dedupe_key=f"slack:{team}:{channel}:{ts}",
+            )
+        )
+        if owner is None:
+            return signal  # the root itself, or a message Keel knows nothing of
+        objective, thread = owner
+        return replace(signal, objective_key=objective, thread_ref=f"{thread_root(thread)}:{ts}")
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100
@@ -494,7 +517,8 @@ class Router:
                 self.reporting,
                 task_id=result.task_id,
                 signal_id=record.signal_id,
-                thread_ref=thread,
+                # Where the person acted: the mention, the reply, the message reacted to.
+                thread_ref=record.thread_ref if record.provider == "slack" else thread,
                 now=now,
                 emoji="octagonal_sign" if result.decision == "stop" else None,
             )
@@ -526,7 +550,7 @@ class Router:
         return TaskSpec(
             agent=fresh.agent,
             message=fresh.message,
-            origin_thread_ref=record.thread_ref,
+            origin_thread_ref=thread_root(record.thread_ref) if record.thread_ref else None,
             objective_key=fresh.objective_key,
             repo=self.policy.repo_for(record.provider, record.thread_ref),
             requested_by=_actor_id(record),
@@ -537,13 +561,6 @@ class Router:
 
     def _daemon(self, name: str) -> DaemonDefinition | None:
         return next((d for d in self.policy.daemons if d.daemon_id == name), None)
-
-
-def thread_root(thread_ref: str) -> str:
-    """The thread itself (a GitHub comment ref or Slack message ts points inside it)."""
-    if thread_ref.startswith("github:"):
-        return thread_ref.split(":comment", 1)[0]
-    return thread_ref
 
 
 def _escalation_text(reason: str | None) -> str:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.policy import RoutingPolicy
-from routing.signal import DropReason, Signal
+from routing.signal import DropReason, Signal, thread_root
 from runtime.ids import TaskId
 from runtime.store.records import Task, TaskStatus
 
@@ -175,5 +175,6 @@ def _forced_new(
 def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:
     if signal.addresses_bot:
         return True
-    in_own_thread = signal.kind in _REPLY_KINDS and signal.thread_ref == task.origin_thread_ref
+    same = thread_root(signal.thread_ref) == thread_root(task.origin_thread_ref or "")
+    in_own_thread = signal.kind in _REPLY_KINDS and same
     return policy.join_thread_replies and in_own_thread

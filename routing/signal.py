@@ -64,7 +64,8 @@ class Actor:
 class Signal:
     """A routable event.
 
-    `thread_ref` names the conversation (`slack:{team}/{channel}/{root_ts}`,
+    `thread_ref` names the conversation (`slack:{team}/{channel}/{root_ts}`, with `:{ts}`
+    when the message is a reply inside it, so the 👀 lands on that message;
     `github:{owner}/{repo}#{number}`, `github:{owner}/{repo}@{head_sha}` for CI);
     `dedupe_key` names the underlying fact, so two deliveries of one message collide.
     """
@@ -92,6 +93,18 @@ class Ignored:
 
     reason: DropReason
     detail: str
+
+
+_SLACK_MESSAGE = re.compile(r":\d+\.\d+$")
+
+
+def thread_root(thread_ref: str) -> str:
+    """The conversation itself: a Slack ``:ts`` or GitHub comment ref points inside it."""
+    if thread_ref.startswith("github:"):
+        return thread_ref.split(":comment", 1)[0]
+    if thread_ref.startswith("slack:"):
+        return _SLACK_MESSAGE.sub("", thread_ref)
+    return thread_ref
 
 
 def parse_command(text: str) -> Command | None:

@@ -89,14 +89,16 @@ def signal_from_click(
     action, where = click.actions[0], click.container
     name = action.action_id.removeprefix(ACTION_PREFIX)
     root = where.thread_ts or (click.message.thread_ts if click.message else None)
-    thread_ref = f"slack:{click.team.id}/{where.channel_id}/{root or where.message_ts}"
+    thread = f"slack:{click.team.id}/{where.channel_id}/{root or where.message_ts}"
+    # The clicked message: intake finds its task, and the 🛑 lands on it.
+    clicked = f":{where.message_ts}" if root and root != where.message_ts else ""
     person = click.user
     return Signal(
         provider="slack",
         delivery_id=click_id(click.team.id, where.channel_id, action.action_ts, person.id),
         kind="action",
-        thread_ref=thread_ref,
-        objective_key=thread_ref,
+        thread_ref=thread + clicked,
+        objective_key=thread,
         actor=Actor(
             id=person.id,
             name=person.username or person.name or person.id,
@@ -159,7 +161,7 @@ async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestRe
                 channel=str(detail["channel"]),
                 user=click.actor.id,
                 text=text,
-                thread_ts=click.thread_ref.rsplit("/", 1)[-1],
+                thread_ts=click.objective_key.rsplit("/", 1)[-1],
             )
         )
     except KeelError as e:  # the click is recorded; only the courtesy note is lost

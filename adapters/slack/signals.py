@@ -160,13 +160,15 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
         return classified
     kind, addressed = classified
     root_ts = message.thread_ts or message.ts
-    thread_ref = f"slack:{ctx.team}/{message.channel}/{root_ts}"
+    thread = f"slack:{ctx.team}/{message.channel}/{root_ts}"
+    # A reply names itself inside the thread: that is where the 👀 goes.
+    in_thread = f":{message.ts}" if message.ts != root_ts else ""
     return Signal(
         provider="slack",
         delivery_id=ctx.event_id,
         kind=kind,
-        thread_ref=thread_ref,
-        objective_key=thread_ref,
+        thread_ref=thread + in_thread,
+        objective_key=thread,
         actor=actor,
         text=_strip_leading_mention(text, mention),
         addresses_bot=addressed,
@@ -241,8 +243,8 @@ def _from_reaction(event: dict[str, Any], ctx: _Context) -> Signal | Ignored:
         return Ignored("unsupported", f"reaction on a {item.type!r} item")
     command: Command | None = "stop" if reaction.reaction in STOP_REACTIONS else None
     is_self = reaction.user == ctx.identity.bot_user_id
-    # The event names the message reacted to, which may be a reply: the adapter resolves the
-    # thread root (conversations.replies) when it needs the owning task.
+    # The event names the message reacted to, which may be a reply: intake finds the thread
+    # it belongs to from Keel's own records (routing.intake), never with a Web API call.
     thread_ref = f"slack:{ctx.team}/{item.channel}/{item.ts}"
     return Signal(
         provider="slack",

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from runtime.ids import SignalId, TaskId, new_signal_id
 from runtime.store import tasks as q
-from runtime.store.models import RouteAttemptRow, SignalRow, TaskRow
+from runtime.store.models import OutboxRow, RouteAttemptRow, SignalRow, TaskRow
 from runtime.store.records import TERMINAL, Task
 
 PENDING = "pending"
@@ -213,6 +213,29 @@ def pending_signals(session: Session, received_before: datetime, limit: int) -> 
         .limit(limit)
     )
     return [to_record(row) for row in session.scalars(query)]
+
+
+def owner_of_message(
+    session: Session, *, landed_on: str, dedupe_key: str
+) -> tuple[str, str] | None:
+    """The (objective, thread) a message belongs to: one of our posts (where its outbox row
+    landed), or a message someone sent us (the Signal stored under its dedupe key)."""
+    ours = session.execute(
+        select(TaskRow.objective_key, OutboxRow.thread_ref)
+        .join(OutboxRow, OutboxRow.task_id == TaskRow.task_id)
+        .where(OutboxRow.landed_on == landed_on)
+        .limit(1)
+    ).first()
+    if ours is not None and ours[0]:
+        return str(ours[0]), str(ours[1])
+    theirs = session.execute(
+        select(SignalRow.objective_key, SignalRow.thread_ref)
+        .where(SignalRow.dedupe_key == dedupe_key)
+        .limit(1)
+    ).first()
+    if theirs is not None and theirs[0] and theirs[1]:
+        return str(theirs[0]), str(theirs[1])
+    return None
 
 
 def task_created_under(session: Session, creation_key: str) -> Task | None:

@@ -20,7 +20,15 @@ from hypothesis import strategies as st
 
 from adapters.github.signals import GitHubIdentity, signal_from_github
 from adapters.slack.signals import SlackIdentity, signal_from_slack_event
-from routing.signal import DROP_REASONS, SIGNAL_KINDS, Ignored, Signal, find_links, parse_command
+from routing.signal import (
+    DROP_REASONS,
+    SIGNAL_KINDS,
+    Ignored,
+    Signal,
+    find_links,
+    parse_command,
+    thread_root,
+)
 
 CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
 SLACK_EVENTS = CORPORA / "slack" / "events"
@@ -124,7 +132,9 @@ GITHUB_EXPECTED: dict[tuple[str, str | None], Expected] = {
     ("installation_repositories", "added"): dropped("unsupported"),
 }
 
-_THREAD_REF = re.compile(r"^(slack:[^/]+/[^/]+/[\d.]+|github:[^/]+/[^#@]+(#\d+|@[0-9a-f]{40,64}))$")
+_THREAD_REF = re.compile(
+    r"^(slack:[^/]+/[^/]+/[\d.]+(:[\d.]+)?|github:[^/]+/[^#@]+(#\d+|@[0-9a-f]{40,64}))$"
+)
 
 
 def _corpus_files(folder: Path) -> list[Path]:
@@ -176,7 +186,7 @@ def _assert_well_formed(result: Signal | Ignored, provider: str) -> None:
     assert result.provider == provider
     assert result.kind in SIGNAL_KINDS
     assert _THREAD_REF.match(result.thread_ref), result.thread_ref
-    assert result.objective_key == result.thread_ref
+    assert result.objective_key == thread_root(result.thread_ref)
     assert result.dedupe_key.startswith(f"{provider}:")
     assert result.delivery_id
     assert result.received_at == NOW
@@ -265,9 +275,11 @@ def test_dedupe_key_collides_when_slack_resends_under_a_new_event_id() -> None:
     assert _slack_signal(original).dedupe_key == _slack_signal(resent).dedupe_key
 
 
-def test_thread_reply_names_the_root_when_message_is_in_a_thread() -> None:
+def test_thread_reply_names_the_root_and_itself_when_message_is_in_a_thread() -> None:
     signal = _slack_signal(_slack("message.in-thread.channel.json"))
-    assert signal.thread_ref == "slack:T111/C111/1726133698.626339"
+    # The objective is the thread; the reference names the reply too (the 👀 goes there).
+    assert signal.objective_key == "slack:T111/C111/1726133698.626339"
+    assert signal.thread_ref == "slack:T111/C111/1726133698.626339:1726133700.887259"
     assert signal.dedupe_key == "slack:T111:C111:1726133700.887259"
     assert not signal.addresses_bot
 

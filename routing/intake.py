@@ -170,7 +170,7 @@ class Router:
         """Store, decide and apply one delivery; a redelivery returns what the first became."""
         if isinstance(outcome, Ignored):
             return await self._ingest_ignored(outcome, provider, delivery_id, raw_kind)
-        signal = await self._with_permission(outcome)
+        signal = await self._with_permission(await self._in_its_thread(outcome))
         facts = _facts(signal, provider, delivery_id)
         daemons = matching_daemons(signal, self.policy.daemons)
         keys = (signal.objective_key, *(d.objective_key for d in daemons))

@@ -1,0 +1,236 @@
+"""Acting where people act, through Keel's real app: 👀 on the mention itself, 🛑 on any message
+of the thread, and the Stop button on the progress message (signed like events, at
+/slack/interactivity), which stops once, refuses others visibly and gives way to the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+import yaml
+
+from adapters.emulators.slack import SlackMessage
+from adapters.emulators.webhooks import deliver, sign_slack
+from runtime.store import tasks as q
+from runtime.store.engine import Database
+from runtime.store.records import Task, TaskStatus
+from tests.integration.keel_live import CHANNEL, PERSON, SIGNING_SECRET, Live, live_keel
+
+MALLORY = "U0MALLORY1"
+
+
+def _slow_job(tmp_path: Path) -> dict[str, Any]:
+    call = {"name": "run_command", "args": {"command": "sleep 30", "timeout_s": 120}}
+    script = {"scripts": [{"turns": [{"tool_calls": [call]}, {"say": "done"}]}]}
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    return {
+        "model": {"provider": "scripted", "script": str(tmp_path / "script.yaml")},
+        "workspace": {"sandbox": "none"},
+        "slack": {"allowed_users": [PERSON]},
+    }
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+async def _task(db: Database, objective: str) -> Task | None:
+    return await db.read(lambda s: q.latest_by_objective(s, objective))
+
+
+def _progress(live: Live, root_ts: str) -> SlackMessage | None:
+    return next(
+        (m for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id and m.text.startswith("⏳")),
+        None,
+    )
+
+
+async def _started(live: Live, db: Database, root_ts: str) -> tuple[Task, SlackMessage]:
+    """A task working on the thread, with its progress message (and Stop button) posted."""
+    objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root_ts}"
+
+    async def posted() -> bool:
+        progress = _progress(live, root_ts)
+        shown = progress is not None and bool(progress.blocks)
+        return shown and await _task(db, objective) is not None
+
+    await _until(posted, 30, "no progress message with a Stop button")
+    task, progress = await _task(db, objective), _progress(live, root_ts)
+    assert task is not None and progress is not None
+    return task, progress
+
+
+async def _ended(db: Database, task_id: str) -> Task:
+    async def done() -> bool:
+        task = await db.read(lambda s: q.get_task(s, task_id))
+        return task is not None and task.status in ("canceled", "succeeded", "failed")
+
+    await _until(done, 30, "the task never ended")
+    task = await db.read(lambda s: q.get_task(s, task_id))
+    assert task is not None
+    return task
+
+
+def _click(live: Live, message: SlackMessage, root_ts: str, user: str) -> dict[str, Any]:
+    """A ``block_actions`` payload for the Stop button on ``message``, as Slack sends it."""
+    [_, actions] = message.blocks or [None, {"elements": []}]
+    [button] = actions["elements"]
+    return {
+        "type": "block_actions",
+        "team": {"id": live.slack.team_id, "domain": "keel-emulated"},
+        "user": {"id": user, "username": user.lower(), "team_id": live.slack.team_id},
+        "api_app_id": live.slack.app_id,
+        "token": "unused",
+        "container": {
+            "type": "message",
+            "message_ts": message.ts,
+            "channel_id": CHANNEL,
+            "is_ephemeral": False,
+            "thread_ts": root_ts,
+        },
+        "trigger_id": uuid.uuid4().hex,
+        "channel": {"id": CHANNEL, "name": "general"},
+        "message": {"type": "message", "ts": message.ts, "thread_ts": root_ts, "text": ""},
+        "response_url": "https://hooks.slack.invalid/actions/unused",
+        "actions": [
+            {
+                **button,
+                "block_id": "keel",
+                "action_ts": f"{time.time():.6f}",
+            }
+        ],
+    }
+
+
+async def _post_click(live: Live, payload: dict[str, Any]) -> int:
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    signed = sign_slack(body, SIGNING_SECRET)
+    headers = signed.headers | {"Content-Type": "application/x-www-form-urlencoded"}
+    [response] = await deliver(live.url + "/slack/interactivity", signed.with_headers(**headers))
+    return response.status_code
+
+
+def _reaction(live: Live, item_ts: str, user: str = PERSON) -> dict[str, Any]:
+    return {
+        "type": "reaction_added",
+        "user": user,
+        "reaction": "octagonal_sign",
+        "item": {"type": "message", "channel": CHANNEL, "ts": item_ts},
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
+async def test_eyes_land_on_the_mention_when_it_is_a_reply_in_a_thread(
+    db_url: str, tmp_path: Path
+) -> None:
+    with live_keel(tmp_path, db_url) as live:
+        root_ts = live.slack.seed_message(CHANNEL, "the deploy is red again", user=PERSON)
+        text = f"<@{live.slack.bot_user_id}> can you look?"
+        mention_ts = live.slack.seed_message(CHANNEL, text, user=PERSON, thread_ts=root_ts)
+        event = live.event(mention_ts, text, kind="app_mention", thread_ts=root_ts)
+        [response] = await live.send_slack(event)
+        assert response.status_code == 200
+
+        async def reacted() -> bool:
+            mention = live.slack.find(CHANNEL, mention_ts)
+            return mention is not None and "eyes" in mention.reactions
+
+        await _until(reacted, 15, "no 👀")
+        root = live.slack.find(CHANNEL, root_ts)
+        assert root is not None and root.reactions == {}  # not on the thread's root
+        counts = await live.counts()
+        assert counts["tasks"] == 1
+
+
+@pytest.mark.parametrize("target", ["progress", "mention", "root"])
+async def test_stop_reaction_on_any_message_of_the_thread_stops_its_task(
+    db_url: str, tmp_path: Path, target: str
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path / "keel", db_url, workers=True, extra=_slow_job(tmp_path)) as live:
+        root_ts = live.slack.seed_message(CHANNEL, "nightly build failed", user=PERSON)
+        text = f"<@{live.slack.bot_user_id}> please rerun the slow job"
+        mention_ts = live.slack.seed_message(CHANNEL, text, user=PERSON, thread_ts=root_ts)
+        await live.send_slack(live.event(mention_ts, text, kind="app_mention", thread_ts=root_ts))
+        task, progress = await _started(live, db, root_ts)
+        item_ts = {"progress": progress.ts, "mention": mention_ts, "root": root_ts}[target]
+
+        await live.send_slack(_reaction(live, item_ts))
+
+        ended = await _ended(db, task.task_id)
+        reacted = live.slack.find(CHANNEL, item_ts)
+    db.close()
+    assert ended.status == TaskStatus.canceled, ended.result
+    assert reacted is not None and reacted.reactions.get("octagonal_sign") == [
+        live.slack.bot_user_id
+    ]  # the 🛑 answer sits where the person reacted
+
+
+async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_outcome(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path / "keel", db_url, workers=True, extra=_slow_job(tmp_path)) as live:
+        mention = live.mention("please rerun the slow job")
+        root_ts = mention["ts"]
+        await live.send_slack(mention)
+        task, progress = await _started(live, db, root_ts)
+        first = _click(live, progress, root_ts, PERSON)
+        assert await _post_click(live, first) == 200
+        second = _click(live, progress, root_ts, PERSON)
+        assert await _post_click(live, second) == 200
+        assert await _post_click(live, first) == 200  # Slack delivering the first one again
+
+        ended = await _ended(db, task.task_id)
+
+        async def outcome_shown() -> bool:
+            shown = _progress(live, root_ts)
+            return shown is not None and not shown.blocks and "stopped" in shown.text
+
+        await _until(outcome_shown, 15, "the Stop button was not replaced by the outcome")
+        replies = [m.text for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id]
+        counts = await live.counts()
+    db.close()
+    assert ended.status == TaskStatus.canceled and ended.cancel_requested_by == PERSON
+    assert len([text for text in replies if "Stopped" in text]) == 1
+    assert counts["signals"] == 3  # mention and two clicks; the redelivered click is known
+    # A click after the stop took effect is told so, to the clicker alone; nothing else.
+    assert all("nothing to stop" in note.text for note in live.slack.ephemeral)
+
+
+async def test_stop_button_refuses_someone_not_allowed_with_a_note_only_they_see(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path / "keel", db_url, workers=True, extra=_slow_job(tmp_path)) as live:
+        live.slack.add_user(MALLORY, "mallory")
+        mention = live.mention("please rerun the slow job")
+        await live.send_slack(mention)
+        task, progress = await _started(live, db, mention["ts"])
+
+        assert await _post_click(live, _click(live, progress, mention["ts"], MALLORY)) == 200
+
+        async def told() -> bool:
+            return any(m.user == MALLORY for m in live.slack.ephemeral)
+
+        await _until(told, 15, "the refusal was not shown")
+        still = await db.read(lambda s: q.get_task(s, task.task_id))
+        shown = _progress(live, mention["ts"])
+    db.close()
+    [note] = live.slack.ephemeral
+    assert "not allowed" in note.text and note.thread_ts == mention["ts"]
+    assert still is not None and still.cancel_requested_at is None
+    assert shown is not None and shown.blocks  # the button is still there for others

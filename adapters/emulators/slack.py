@@ -93,6 +93,8 @@ class SlackState(EmulatorState):
     channel_teams: dict[str, str] = field(default_factory=dict)
     revoked: set[str] = field(default_factory=set)
     ephemeral: list[SlackMessage] = field(default_factory=list)
+    # (method, token) of every authenticated call, to show whose token each call carried.
+    token_uses: list[tuple[str, str]] = field(default_factory=list)
     oauth: SlackOAuth = field(default_factory=lambda: SlackOAuth())
     _last_micros: int = 0
 
@@ -263,16 +265,17 @@ def oauth_v2_access(state: SlackState, args: Args) -> Args:
         team = oauth.refresh_tokens.pop(str(args.get("refresh_token")), None)
         if team is None:
             raise SlackError("invalid_refresh_token")
-    else:
-        team = oauth.codes.pop(str(args.get("code")), None)
-        if team is None:
-            raise SlackError("invalid_code")
-    return _issue_token(state, team)
+        # A token that rotated once keeps rotating (12 hours, Slack's lifetime, by default).
+        return _issue_token(state, team, oauth.token_lifetime_s or 43_200)
+    team = oauth.codes.pop(str(args.get("code")), None)
+    if team is None:
+        raise SlackError("invalid_code")
+    return _issue_token(state, team, oauth.token_lifetime_s)
 
 
-def _issue_token(state: SlackState, team: str) -> Args:
+def _issue_token(state: SlackState, team: str, lifetime_s: int | None) -> Args:
     oauth = state.oauth
-    rotating = oauth.token_lifetime_s is not None
+    rotating = lifetime_s is not None
     token = ("xoxe.xoxb-" if rotating else "xoxb-") + f"{team}-{uuid.uuid4().hex[:12]}"
     state.add_token(token, team)
     answer: Args = {
@@ -287,11 +290,11 @@ def _issue_token(state: SlackState, team: str) -> Args:
         "enterprise": None,
         "is_enterprise_install": False,
     }
-    if oauth.token_lifetime_s is not None:
+    if lifetime_s is not None:
         refresh = f"xoxe-1-{uuid.uuid4().hex}"
         oauth.refresh_tokens[refresh] = team
-        oauth.expires_at[token] = time.time() + oauth.token_lifetime_s
-        answer |= {"refresh_token": refresh, "expires_in": oauth.token_lifetime_s}
+        oauth.expires_at[token] = time.time() + lifetime_s
+        answer |= {"refresh_token": refresh, "expires_in": lifetime_s}
     return answer
 
 
@@ -472,6 +475,7 @@ async def _answer(state: SlackState, method: str, request: Request) -> Args:
     _check_token(state, method, token)
     assert token is not None
     _check_workspace(state, args, token)
+    state.token_uses.append((method, token))
     await gate_of(request.scope).enter(method)
     caller = CALLER_METHODS.get(method)
     return caller(state, args, token) if caller else METHODS[method](state, args)

@@ -39,7 +39,7 @@ class Sealer:
         self._fernet = Fernet(key.encode())
 
     def seal(self, document: dict[str, Any]) -> str:
-        return self._fernet.encrypt(json.dumps(document, default=_epoch).encode()).decode()
+        return self._fernet.encrypt(json.dumps(document, default=_iso).encode()).decode()
 
     def open(self, sealed: str) -> dict[str, Any]:
         try:
@@ -52,9 +52,10 @@ class Sealer:
         return document
 
 
-def _epoch(value: object) -> float:
+def _iso(value: object) -> str:
+    # slack_sdk's models read their timestamps back from ISO text (or from datetimes).
     if isinstance(value, datetime):
-        return value.timestamp()
+        return value.isoformat()
     raise TypeError(f"cannot store {type(value).__name__}")
 
 

@@ -126,6 +126,8 @@ class InstalledWorkspaces:
             code = cause.response.get("error") if cause is not None else "unknown"
             # Another process may have used the refresh token first and saved the new one.
             raise Retryable(f"Slack token rotation for {bot.team_id} failed: {code}") from e
+        except (KeyError, TypeError, ValueError) as e:  # slack_sdk reading a bad answer
+            raise Permanent(f"Slack token rotation for {bot.team_id}: bad answer") from e
         if refreshed is None:
             return bot
         await self.store.async_save_bot(refreshed)

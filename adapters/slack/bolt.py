@@ -27,6 +27,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.actions import register_actions
 from adapters.slack.signals import SlackIdentity, signal_from_slack_event
 from runtime.clock import Clock
 from runtime.errors import Retryable
@@ -42,9 +43,12 @@ _REVOKING_EVENTS = frozenset({"app_uninstalled", "tokens_revoked"})
 
 
 class Workspaces(Protocol):
-    """Who Keel is in each Slack workspace, and forgetting a workspace that removed it."""
+    """Who Keel is in each Slack workspace, a client there, and forgetting a workspace that
+    removed Keel."""
 
     async def identity(self, team_id: str | None) -> SlackIdentity | None: ...
+
+    async def client(self, team_id: str) -> AsyncWebClient: ...
 
     async def revoke(self, team_id: str, event: dict[str, Any]) -> None: ...
 
@@ -90,6 +94,7 @@ def build_bolt_app(
         ssl_check_enabled=False,
     )
     app.use(_Ingest(workspaces, sink, clock))
+    register_actions(app, workspaces, sink, clock)
     return app
 
 

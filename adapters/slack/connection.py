@@ -16,7 +16,6 @@ from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 
 from adapters.config import SlackConfig
-from adapters.slack.actions import register_actions
 from adapters.slack.app import SLACK_INSTALL_PATH, SLACK_REDIRECT_PATH, SlackEvents
 from adapters.slack.bolt import build_bolt_app
 from adapters.slack.installations import DatabaseStateStore, SealedInstallationStore, Sealer
@@ -54,7 +53,6 @@ class SlackConnection:
         workspaces = await _workspaces(config, db, clock)
         flow = _oauth_flow(config, workspaces, db, clock, public_url)
         bolt = build_bolt_app(workspaces, sink, clock, api_url=config.api_url, oauth_flow=flow)
-        register_actions(bolt, workspaces, sink, clock)
         return cls(config, workspaces, bolt, clock)
 
     def http_routes(self) -> SlackEvents | None:

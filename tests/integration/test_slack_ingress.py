@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -221,3 +222,21 @@ async def test_answered_503_when_sink_is_unavailable(ingress: Ingress) -> None:
     response = await ingress.post(signed.body, signed.headers)
 
     assert response.status_code == 503
+
+
+def _click_form(payload: object) -> bytes:
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+async def test_interactivity_is_signed_like_events(ingress: Ingress) -> None:
+    url = ingress.url.replace("/slack/events", "/slack/interactivity")
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    unsigned = sign_slack(_click_form({"type": "block_actions"}), "another-secret")
+    malformed = sign_slack(b"payload=%7Bnot-json", SECRET)
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        refused = await client.post(url, content=unsigned.body, headers=unsigned.headers | form)
+        bad = await client.post(url, content=malformed.body, headers=malformed.headers | form)
+
+    assert (refused.status_code, bad.status_code) == (401, 400)
+    assert ingress.sink.accepted == []

@@ -184,3 +184,22 @@ async def test_keel_serve_opens_socket_mode_with_the_app_token_and_no_events_rou
             )
         assert response.status_code == 404  # events come over the websocket only
         assert len(_requests(live.slack, "apps.connections.open")) == 1
+
+
+async def test_button_click_over_socket_mode_is_acknowledged_after_the_sink(both: Both) -> None:
+    click = {
+        "type": "block_actions",
+        "team": {"id": "T111"},
+        "user": {"id": "U222", "username": "dana"},
+        "container": {"message_ts": "1.000200", "channel_id": "C111", "thread_ts": "1.000100"},
+        "actions": [{"action_id": "keel:stop", "value": "t_1", "action_ts": "2.000300"}],
+    }
+
+    envelope_id = both.hub.send(click, "interactive")
+
+    assert await _acked(both.hub, envelope_id)
+    [(outcome, _, delivery, kind)] = both.sink.accepted
+    assert isinstance(outcome, Signal) and (outcome.kind, outcome.command) == ("action", "stop")
+    assert outcome.objective_key == "slack:T111/C111/1.000100"
+    assert outcome.thread_ref == "slack:T111/C111/1.000100:1.000200"
+    assert (delivery, kind) == ("action:T111:C111:2.000300:U222", "block_actions")

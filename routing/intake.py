@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
@@ -39,7 +38,7 @@ from routing.router import (
     TaskView,
     decide,
 )
-from routing.signal import Ignored, Signal, thread_root
+from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
 from runtime.errors import KeelError, Retryable
 from runtime.executor.faults import FaultPlan
@@ -51,6 +50,7 @@ from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.outbox import enqueue_post
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, Admission, SignalFacts, SignalRecord, Verdict
+from runtime.threads import SlackThread, text_of
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,6 @@ DECISIONS: frozenset[str] = frozenset(get_args(Decision))
 # Decisions that put work in a task's hands, and so are acknowledged on the thread.
 ACKNOWLEDGED: frozenset[Decision] = frozenset({"new_task", "append", "stop"})
 ReadBack = Literal["missing", "terminal", "active"]
-_SLACK_ITEM = re.compile(
-    r"^slack:(?P<team>[^\s/:]+)/(?P<channel>[^\s/:]+)/(?P<thread_ts>\d+\.\d+)(?::(?P<ts>\d+\.\d+))?$"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,21 +206,16 @@ class Router:
     async def _in_its_thread(self, signal: Signal) -> Signal:
         """A reaction or click names one message, which may be anywhere in a thread (the
         mention, our progress message): it acts on the thread that message belongs to."""
-        found = _SLACK_ITEM.match(signal.thread_ref)
-        if signal.kind not in ("reaction", "action") or found is None:
+        item = signal.thread_ref
+        if signal.kind not in ("reaction", "action") or not isinstance(item, SlackThread):
             return signal
-        team, channel, ts = found["team"], found["channel"], found["ts"] or found["thread_ts"]
-        owner = await self.db.read(
-            lambda s: store.owner_of_message(
-                s,
-                landed_on=f"slack:{team}/{channel}:{ts}",
-                dedupe_key=f"slack:{team}:{channel}:{ts}",
-            )
-        )
-        if owner is None:
+        owner = await self.db.read(lambda s: store.owner_of_message(s, item))
+        thread = owner[1] if owner is not None else None
+        if owner is None or not isinstance(thread, SlackThread):
             return signal  # the root itself, or a message Keel knows nothing of
-        objective, thread = owner
-        return replace(signal, objective_key=objective, thread_ref=f"{thread_root(thread)}:{ts}")
+        return replace(
+            signal, objective_key=owner[0], thread_ref=thread.root.message(item.target_ts)
+        )
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100
@@ -509,7 +501,7 @@ class Router:
         """The 👀 of an accepted signal (🛑 for a stop), or the escalation of one not taken."""
         if self.reporting is None or record.thread_ref is None:
             return
-        thread = thread_root(record.thread_ref)
+        thread = record.thread_ref.root
         now = self.clock.now()
         if result.decision in ACKNOWLEDGED and result.task_id is not None:
             enqueue_ack(
@@ -518,7 +510,7 @@ class Router:
                 task_id=result.task_id,
                 signal_id=record.signal_id,
                 # Where the person acted: the mention, the reply, the message reacted to.
-                thread_ref=record.thread_ref if record.provider == "slack" else thread,
+                thread=record.thread_ref if record.provider == "slack" else thread,
                 now=now,
                 emoji="octagonal_sign" if result.decision == "stop" else None,
             )
@@ -527,8 +519,7 @@ class Router:
                 session,
                 task_id=result.task_id or "",
                 purpose="escalation",
-                surface=thread.split(":", 1)[0],
-                thread_ref=thread,
+                thread=thread,
                 key=f"escalation:{record.signal_id}",
                 action="post",
                 body=_escalation_text(result.reason),
@@ -538,7 +529,7 @@ class Router:
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""
         return _Fresh(
-            objective_key=record.objective_key or record.thread_ref or record.signal_id,
+            objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
             agent=self.policy.default_agent,
             message=record.text,
             decision="new_task",
@@ -550,9 +541,9 @@ class Router:
         return TaskSpec(
             agent=fresh.agent,
             message=fresh.message,
-            origin_thread_ref=thread_root(record.thread_ref) if record.thread_ref else None,
+            origin_thread_ref=record.thread_ref.root if record.thread_ref else None,
             objective_key=fresh.objective_key,
-            repo=self.policy.repo_for(record.provider, record.thread_ref),
+            repo=self.policy.repo_for(record.thread_ref),
             requested_by=_actor_id(record),
             follows_task_id=follows,
             # A root task's creation key: lets a resumed plan find the task it already made.

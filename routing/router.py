@@ -13,9 +13,10 @@ from types import MappingProxyType
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.policy import RoutingPolicy
-from routing.signal import DropReason, Signal, thread_root
+from routing.signal import DropReason, Signal
 from runtime.ids import TaskId
 from runtime.store.records import Task, TaskStatus
+from runtime.threads import ThreadRef
 
 # Kinds in which a message sits in a conversation that may already have an owner.
 _REPLY_KINDS = frozenset({"thread_reply", "issue_comment", "review_comment"})
@@ -27,7 +28,7 @@ class TaskView:
 
     task_id: TaskId
     status: TaskStatus
-    origin_thread_ref: str | None = None
+    origin_thread_ref: ThreadRef | None = None
     objective_key: str | None = None
     requested_by: str | None = None
 
@@ -175,6 +176,7 @@ def _forced_new(
 def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:
     if signal.addresses_bot:
         return True
-    same = thread_root(signal.thread_ref) == thread_root(task.origin_thread_ref or "")
+    origin = task.origin_thread_ref
+    same = origin is not None and signal.thread_ref.root == origin.root
     in_own_thread = signal.kind in _REPLY_KINDS and same
     return policy.join_thread_replies and in_own_thread

@@ -1,8 +1,10 @@
 """The Surface port: where replies go. Implemented by the Slack and GitHub adapters.
 
-Bodies are Markdown (Keel's reply model, rendered by ``runtime/reporting.py``); each surface
-renders them for its own medium at the wire, so model text cannot smuggle in that medium's
-control sequences (pings, links) whatever path it took to the thread.
+A thread is named by a ``ThreadRef``; a post is named by the reference to the message
+itself (a Slack thread with its ``message_ts``, a GitHub issue with its ``comment_id``).
+Bodies are Markdown (Keel's reply model, ``runtime/reply.py``); each surface renders them for
+its own medium at the wire, so model text cannot smuggle in that medium's control sequences
+(pings, links) whatever path it took to the thread.
 """
 
 from __future__ import annotations
@@ -11,15 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
+from runtime.threads import ThreadRef
+
 ActionStyle = Literal["primary", "danger"]
-
-
-@dataclass(frozen=True, slots=True)
-class PostedRef:
-    """Where a post landed: Slack ``team/channel:ts``, GitHub ``owner/repo#12:comment_id``."""
-
-    surface: str
-    ref: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +46,22 @@ class Surface(Protocol):
     name: str
 
     async def post(
-        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
-    ) -> PostedRef:
-        """Post once into the thread. ``key`` is carried in hidden metadata for reconcile."""
+        self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> ThreadRef:
+        """Post once into the thread; the answer names the message that landed. ``key`` is
+        carried in hidden metadata for reconcile."""
         ...
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        """Reconcile: the post carrying ``key``, if one landed."""
+    async def find_post(self, thread: ThreadRef, *, key: str) -> ThreadRef | None:
+        """Reconcile: the message carrying ``key``, if one landed."""
         ...
 
     async def update(
-        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
-    ) -> None: ...
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
+        """New text (and buttons: none removes them) for a message ``post`` named."""
+        ...
 
-    async def react(self, thread_ref: str, emoji: str) -> None: ...
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        """React to the message ``target`` names, or to the thread's root message."""
+        ...

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import quote
 
-from adapters.github.client import GitHubClient, parse_issue_ref
+from adapters.github.client import GitHubClient
 from adapters.github.markdown import to_github
 from runtime.errors import Permanent
-from runtime.surfaces import Action, PostedRef
+from runtime.surfaces import Action
+from runtime.threads import GitHubIssue, ThreadRef
 
 # GitHub refuses comment bodies over 65,536 characters.
 BODY_LIMIT = 65_536
@@ -59,43 +60,46 @@ class GitHubSurface:
         self.client = client
 
     async def post(
-        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
-    ) -> PostedRef:
+        self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> GitHubIssue:
         # No buttons on GitHub: people stop a task by commenting "stop".
-        ref = parse_issue_ref(thread_ref)
+        issue = _issue(thread).root
         body = with_marker(to_github(text), key)
-        comment = await self.client.create_comment(ref.repo, ref.number, body)
-        return _posted(ref.repo, ref.number, comment.comment_id)
+        comment = await self.client.create_comment(issue.repo, issue.number, body)
+        return issue.comment(comment.comment_id)
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        ref = parse_issue_ref(thread_ref)
+    async def find_post(self, thread: ThreadRef, *, key: str) -> GitHubIssue | None:
+        issue = _issue(thread).root
         wanted = marker(key)
-        for comment in await self.client.list_comments(ref.repo, ref.number):
+        for comment in await self.client.list_comments(issue.repo, issue.number):
             if comment.body.rstrip().endswith(wanted):
-                return _posted(ref.repo, ref.number, comment.comment_id)
+                return issue.comment(comment.comment_id)
         return None
 
     async def update(
-        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
     ) -> None:
-        ref = parse_issue_ref(f"github:{posted.ref}")
+        ref = _issue(posted)
         if ref.comment_id is None:
-            raise Permanent(f"not a GitHub comment: {posted.ref!r}")
+            raise Permanent(f"not a GitHub comment: {ref}")
         # Keep the marker: find_post must still recognise the post after an edit.
         comments = await self.client.list_comments(ref.repo, ref.number)
         current = next((c for c in comments if c.comment_id == ref.comment_id), None)
         body = _rekeyed(current.body if current else "", to_github(text))
         await self.client.edit_comment(ref.repo, ref.number, ref.comment_id, body)
 
-    async def react(self, thread_ref: str, emoji: str) -> None:
+    async def react(self, target: ThreadRef, emoji: str) -> None:
         content = _REACTIONS.get(emoji.strip(":"))
         if content is None:
             raise Permanent(f"GitHub has no reaction for {emoji!r}")
-        await self.client.react(parse_issue_ref(thread_ref), content)
+        await self.client.react(_issue(target), content)
 
 
-def _posted(repo: str, number: int, comment_id: int) -> PostedRef:
-    return PostedRef(surface="github", ref=f"{repo}#{number}:{comment_id}")
+def _issue(ref: ThreadRef) -> GitHubIssue:
+    # A commit (CI results) has no conversation to post in: the fallback takes such replies.
+    if not isinstance(ref, GitHubIssue):
+        raise Permanent(f"not a GitHub issue or pull request thread: {ref}")
+    return ref
 
 
 def _rekeyed(old_body: str, text: str) -> str:

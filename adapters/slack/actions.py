@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp
 
-from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import ACTION_PREFIX, call_slack
 from adapters.slack.workspaces import SlackClients
 from routing.intake import IngestResult
-from routing.signal import Actor, Ignored, Signal, frozen_detail
+from routing.signal import Actor, Ignored, Signal
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
+from runtime.threads import BadThreadRef, SlackThread
 
 if TYPE_CHECKING:
     from adapters.web.ingress import SignalSink
@@ -75,9 +75,7 @@ class _Click(_Model):
     actions: list[_Action]
 
 
-def signal_from_click(
-    payload: dict[str, Any], identity: SlackIdentity, *, received_at: datetime
-) -> Signal | Ignored:
+def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Signal | Ignored:
     """One ``block_actions`` payload (its first action) as a Signal, or why not."""
     try:
         click = _Click.model_validate(payload)
@@ -89,16 +87,18 @@ def signal_from_click(
     action, where = click.actions[0], click.container
     name = action.action_id.removeprefix(ACTION_PREFIX)
     root = where.thread_ts or (click.message.thread_ts if click.message else None)
-    thread = f"slack:{click.team.id}/{where.channel_id}/{root or where.message_ts}"
-    # The clicked message: intake finds its task, and the 🛑 lands on it.
-    clicked = f":{where.message_ts}" if root and root != where.message_ts else ""
+    try:
+        thread = SlackThread(click.team.id, where.channel_id, root or where.message_ts)
+    except BadThreadRef as e:
+        return Ignored("unsupported", str(e))
     person = click.user
     return Signal(
         provider="slack",
         delivery_id=click_id(click.team.id, where.channel_id, action.action_ts, person.id),
         kind="action",
-        thread_ref=thread + clicked,
-        objective_key=thread,
+        # The clicked message: intake finds its task, and the 🛑 lands on it.
+        thread_ref=thread.message(where.message_ts),
+        objective_key=str(thread),
         actor=Actor(
             id=person.id,
             name=person.username or person.name or person.id,
@@ -114,16 +114,7 @@ def signal_from_click(
             f"slack:{click.team.id}:{where.channel_id}:{where.message_ts}:action:{name}"
             f":{person.id}:{action.action_ts}"
         ),
-        repo=None,
         event_action="block_actions",
-        detail=frozen_detail(
-            team=click.team.id,
-            channel=where.channel_id,
-            item_ts=where.message_ts,
-            action=name,
-            value=action.value,
-            app_id=identity.app_id,
-        ),
     )
 
 
@@ -134,9 +125,8 @@ def click_id(team: str, channel: str, action_ts: str, user: str) -> str:
 
 def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clock: Clock) -> None:
     @app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))
-    async def on_click(ack: AsyncAck, body: dict[str, Any], context: Any) -> None:
-        identity = await clients.identity(context.team_id) or SlackIdentity("", "", "", "")
-        outcome = signal_from_click(body, identity, received_at=clock.now())
+    async def on_click(ack: AsyncAck, body: dict[str, Any]) -> None:
+        outcome = signal_from_click(body, received_at=clock.now())
         delivery = outcome.delivery_id if isinstance(outcome, Signal) else "action:unreadable"
         try:
             result = await sink.accept(
@@ -151,17 +141,14 @@ def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clo
 
 async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestResult) -> None:
     text = _REFUSALS.get(result.reason or "") if result.decision == "drop" else None
-    if text is None:
+    where = click.thread_ref
+    if text is None or not isinstance(where, SlackThread):
         return
-    detail = click.detail
     try:
-        client = await clients.client(str(detail["team"]))
+        client = await clients.client(where.team)
         await call_slack(
             client.chat_postEphemeral(
-                channel=str(detail["channel"]),
-                user=click.actor.id,
-                text=text,
-                thread_ts=click.objective_key.rsplit("/", 1)[-1],
+                channel=where.channel, user=click.actor.id, text=text, thread_ts=where.thread_ts
             )
         )
     except KeelError as e:  # the click is recorded; only the courtesy note is lost

@@ -14,9 +14,7 @@ here, once, into Retryable or Permanent.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -29,7 +27,8 @@ from adapters.slack.mrkdwn import to_mrkdwn
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.workspaces import SingleWorkspace, SlackClients, web_client
 from runtime.errors import ConfigError, Permanent, Retryable
-from runtime.surfaces import Action, PostedRef
+from runtime.surfaces import Action
+from runtime.threads import SlackThread, ThreadRef
 
 # chat.postMessage truncates text beyond 40,000 characters without saying so; we say so.
 TEXT_LIMIT = 40_000
@@ -39,30 +38,9 @@ _TRUNCATED = "\n… (truncated)"
 _EVENT_TYPE = "keel_post"
 # Prefix of our buttons' action_id: ``keel:stop`` carries the Action named "stop".
 ACTION_PREFIX = "keel:"
-_THREAD_REF = re.compile(
-    r"^slack:(?P<team>[^\s/:]+)/(?P<channel>[^\s/:]+)/(?P<thread_ts>\d+\.\d+)(?::(?P<ts>\d+\.\d+))?$"
-)
-_POSTED = re.compile(r"^(?:(?P<team>[^\s/:]+)/)?(?P<channel>[^\s/:]+):(?P<ts>\d+\.\d+)$")
 _RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SlackThread:
-    """``slack:{team}/{channel}/{thread_ts}``, optionally ``:{ts}`` naming one message in it."""
-
-    team: str
-    channel: str
-    thread_ts: str
-    message_ts: str | None = None
-
-
-def parse_thread_ref(thread_ref: str) -> SlackThread:
-    found = _THREAD_REF.match(thread_ref)
-    if found is None:
-        raise Permanent(f"not a Slack thread: {thread_ref!r}")
-    return SlackThread(found["team"], found["channel"], found["thread_ts"], found["ts"])
 
 
 def slack_client(config: SlackConfig, *, timeout_s: int = 30) -> AsyncWebClient:
@@ -126,9 +104,9 @@ class SlackSurface:
         return cls(SingleWorkspace(client, identity or SlackIdentity("", "", "", "")))
 
     async def post(
-        self, thread_ref: str, text: str, *, key: str, actions: Sequence[Action] = ()
-    ) -> PostedRef:
-        thread = parse_thread_ref(thread_ref)
+        self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> SlackThread:
+        thread = _slack(thread).root
         client = await self.clients.client(thread.team)
         posted = await call_slack(
             client.chat_postMessage(
@@ -138,10 +116,10 @@ class SlackSurface:
                 **rendered(text, actions),
             )
         )
-        return _posted(thread.team, thread.channel, posted["ts"])
+        return thread.message(posted["ts"])
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        thread = parse_thread_ref(thread_ref)
+    async def find_post(self, thread: ThreadRef, *, key: str) -> SlackThread | None:
+        thread = _slack(thread).root
         client = await self.clients.client(thread.team)
         identity = await self.clients.identity(thread.team)
         bot_id = identity.bot_id if identity and identity.bot_id else None
@@ -157,31 +135,29 @@ class SlackSurface:
             )
             found = next((m for m in page["messages"] if _carries(m, key, bot_id)), None)
             if found is not None:
-                return _posted(thread.team, thread.channel, found["ts"])
+                return thread.message(found["ts"])
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not page.get("has_more") or not cursor:
                 return None
 
     async def update(
-        self, posted: PostedRef, text: str, *, actions: Sequence[Action] = ()
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
     ) -> None:
-        found = _POSTED.match(posted.ref)
-        if found is None:
-            raise Permanent(f"not a Slack post: {posted.ref!r}")
-        client = await self.clients.client(found["team"] or "")
+        message = _slack(posted)
+        if message.message_ts is None:
+            raise Permanent(f"not a Slack post: {message}")
+        client = await self.clients.client(message.team)
         await call_slack(
             client.chat_update(
-                channel=found["channel"], ts=found["ts"], **rendered(text, actions, edit=True)
+                channel=message.channel, ts=message.message_ts, **rendered(text, actions, edit=True)
             )
         )
 
-    async def react(self, thread_ref: str, emoji: str) -> None:
-        thread = parse_thread_ref(thread_ref)
-        client = await self.clients.client(thread.team)
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        message = _slack(target)
+        client = await self.clients.client(message.team)
         reaction = client.reactions_add(
-            channel=thread.channel,
-            name=emoji.strip(":"),
-            timestamp=thread.message_ts or thread.thread_ts,
+            channel=message.channel, name=emoji.strip(":"), timestamp=message.target_ts
         )
         try:
             await call_slack(reaction)
@@ -200,8 +176,10 @@ def _carries(message: dict[str, Any], key: str, bot_id: str | None) -> bool:
     return bool(metadata.get("event_type") == _EVENT_TYPE and payload.get("key") == key)
 
 
-def _posted(team: str, channel: str, ts: str) -> PostedRef:
-    return PostedRef(surface="slack", ref=f"{team}/{channel}:{ts}")
+def _slack(ref: ThreadRef) -> SlackThread:
+    if not isinstance(ref, SlackThread):
+        raise Permanent(f"not a Slack thread: {ref}")
+    return ref
 
 
 async def call_slack(request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:

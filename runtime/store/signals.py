@@ -21,6 +21,7 @@ from runtime.ids import SignalId, TaskId, new_signal_id
 from runtime.store import tasks as q
 from runtime.store.models import OutboxRow, RouteAttemptRow, SignalRow, TaskRow
 from runtime.store.records import TERMINAL, Task
+from runtime.threads import SlackThread, ThreadRef, parse_thread, text_of, thread_of
 
 PENDING = "pending"
 _TERMINAL = [status.value for status in TERMINAL]
@@ -34,7 +35,7 @@ class SignalFacts:
     delivery_id: str
     dedupe_key: str
     kind: str
-    thread_ref: str | None
+    thread_ref: ThreadRef | None
     objective_key: str | None
     actor: Mapping[str, Any]
     text: str
@@ -48,7 +49,7 @@ class SignalRecord:
     delivery_id: str
     dedupe_key: str
     kind: str
-    thread_ref: str | None
+    thread_ref: ThreadRef | None
     objective_key: str | None
     actor: Mapping[str, Any]
     text: str
@@ -215,26 +216,27 @@ def pending_signals(session: Session, received_before: datetime, limit: int) -> 
     return [to_record(row) for row in session.scalars(query)]
 
 
-def owner_of_message(
-    session: Session, *, landed_on: str, dedupe_key: str
-) -> tuple[str, str] | None:
-    """The (objective, thread) a message belongs to: one of our posts (where its outbox row
-    landed), or a message someone sent us (the Signal stored under its dedupe key)."""
+def owner_of_message(session: Session, message: SlackThread) -> tuple[str, ThreadRef] | None:
+    """The (objective, thread) a Slack message belongs to: one of our posts (where its outbox
+    row landed, in whichever thread), or a message someone sent us (the Signal stored under
+    its dedupe key, as the Slack adapter writes it)."""
+    ts = message.target_ts
+    landed = f"slack:{message.team}/{message.channel}/%:{ts}"
     ours = session.execute(
         select(TaskRow.objective_key, OutboxRow.thread_ref)
         .join(OutboxRow, OutboxRow.task_id == TaskRow.task_id)
-        .where(OutboxRow.landed_on == landed_on)
+        .where(OutboxRow.landed_on.like(landed))
         .limit(1)
     ).first()
     if ours is not None and ours[0]:
-        return str(ours[0]), str(ours[1])
+        return str(ours[0]), parse_thread(ours[1])
     theirs = session.execute(
         select(SignalRow.objective_key, SignalRow.thread_ref)
-        .where(SignalRow.dedupe_key == dedupe_key)
+        .where(SignalRow.dedupe_key == f"slack:{message.team}:{message.channel}:{ts}")
         .limit(1)
     ).first()
     if theirs is not None and theirs[0] and theirs[1]:
-        return str(theirs[0]), str(theirs[1])
+        return str(theirs[0]), parse_thread(theirs[1])
     return None
 
 
@@ -252,7 +254,7 @@ def to_record(row: SignalRow) -> SignalRecord:
         delivery_id=row.delivery_id,
         dedupe_key=row.dedupe_key,
         kind=row.kind,
-        thread_ref=row.thread_ref,
+        thread_ref=thread_of(row.thread_ref),
         objective_key=row.objective_key,
         actor=MappingProxyType(dict(row.actor)),
         text=row.text,
@@ -274,7 +276,7 @@ def _insert(
         "delivery_id": facts.delivery_id,
         "dedupe_key": dedupe_key,
         "kind": _fit(facts.kind, 30),
-        "thread_ref": facts.thread_ref,
+        "thread_ref": text_of(facts.thread_ref),
         "objective_key": verdict.objective_key or facts.objective_key,
         "actor": dict(facts.actor),
         "text": facts.text,

@@ -23,7 +23,6 @@ from adapters.slack.socket_mode import SlackSocketMode
 from adapters.slack.surface import fetch_slack_identity, slack_client
 from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace
 from runtime.clock import Clock
-from runtime.errors import ConfigError
 from runtime.store.engine import Database
 
 if TYPE_CHECKING:
@@ -113,13 +112,10 @@ def _oauth_flow(
         return None
     oauth = config.oauth
     assert oauth.client_secret is not None
+    # Without one, Slack sends people back to the app's only configured redirect URL.
     redirect_uri = oauth.redirect_uri or (
         f"{public_url.rstrip('/')}{SLACK_REDIRECT_PATH}" if public_url else None
     )
-    if redirect_uri is None:
-        raise ConfigError(
-            "slack.oauth.redirect_uri: required (or server.public_url) for the install flow"
-        )
     settings = AsyncOAuthSettings(
         client_id=oauth.client_id,
         client_secret=oauth.client_secret.get_secret_value(),

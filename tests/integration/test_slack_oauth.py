@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
@@ -170,18 +171,23 @@ async def test_two_workspaces_install_and_each_is_answered_with_its_own_token(
     assert any("refresh_token" in str(r.body) for r in refreshed)
 
 
-async def test_uninstalled_workspace_is_disabled_and_the_other_goes_on(
-    db_url: str, tmp_path: Path
+@pytest.mark.parametrize("removal", ["app_uninstalled", "tokens_revoked"])
+async def test_removed_workspace_is_disabled_and_the_other_goes_on(
+    db_url: str, tmp_path: Path, removal: str
 ) -> None:
     with oauth_keel(tmp_path, db_url) as keel:
         await _install(keel, TEAM_A)
         await _install(keel, TEAM_B)
         keel.slack.revoke_team(TEAM_B)
-        removed = sign_slack(_envelope(TEAM_B, {"type": "app_uninstalled"}), SIGNING_SECRET)
+        event: dict[str, Any] = {"type": removal}
+        if removal == "tokens_revoked":
+            event["tokens"] = {"bot": [keel.slack.bot_user_id]}
+        removed = sign_slack(_envelope(TEAM_B, event), SIGNING_SECRET)
         [response] = await deliver(keel.url + "/slack/events", removed)
         assert response.status_code == 200
 
-        assert {r.team_id for r in _rows(db_url)} == {TEAM_A}
+        bots = {r.team_id for r in _rows(db_url) if r.kind == "bot"}
+        assert bots == {TEAM_A}  # B's bot token is gone from Keel's database
         ts_b = await _mention(keel, TEAM_B, CHANNEL_B)
         ts_a = await _mention(keel, TEAM_A, CHANNEL_A)
         assert await _eyes(keel, CHANNEL_A, ts_a)

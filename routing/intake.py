@@ -16,11 +16,12 @@ effect is keyed (mailbox key, creation key, cancel is idempotent): a second run 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
-from typing import Literal, assert_never, cast, get_args
+from typing import Any, Literal, assert_never, cast, get_args
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.plan import BadPlan, from_plan, label, to_plan
@@ -365,7 +366,7 @@ class Router:
         """Append under (target, dedupe key); fall back to a new owner only on proof."""
         key = record.dedupe_key
         text = _event_text(record) if decision == "daemon" else record.text
-        parts = [{"type": "text", "text": text}]
+        parts = [{"type": "text", "text": text}, _sender_part(record)]
         outcome = self.scheduler.append_in(session, target, key, parts, _actor_id(record))
         match outcome:
             case Appended() | Duplicate():
@@ -573,7 +574,28 @@ def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:
         actor=asdict(signal.actor),
         text=signal.text,
         received_at=signal.received_at,
+        detail=_stored_detail(signal),
     )
+
+
+def _stored_detail(signal: Signal) -> dict[str, Any]:
+    """The Signal's detail as JSON: the worker reads it back to gather the task's brief."""
+    detail: dict[str, Any] = json.loads(json.dumps(dict(signal.detail), default=str))
+    return detail
+
+
+def _sender_part(record: SignalRecord) -> dict[str, Any]:
+    """Who said a follow-up, and where: the worker renders it into the mailbox item."""
+    detail = record.detail
+    return {
+        "type": "sender",
+        "provider": record.provider,
+        "id": _actor_id(record),
+        "name": record.actor.get("name"),
+        "url": detail.get("comment_url"),
+        "channel": detail.get("channel"),
+        "ts": detail.get("ts"),
+    }
 
 
 def _result(record: SignalRecord, *, duplicate: bool = False) -> IngestResult:

@@ -226,6 +226,8 @@ class SignalRow(Base):
     received_at: Mapped[datetime] = mapped_column(UtcDateTime)
     # While pending: the route to carry out, as routing serialised it.
     plan: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # The provider's facts about the event (message ts, comment id and URL, ...): the brief.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
 
 class RouteAttemptRow(Base):

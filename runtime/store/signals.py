@@ -8,7 +8,7 @@ are the authority (``ON CONFLICT DO NOTHING``), the reads before the insert only
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -39,6 +39,7 @@ class SignalFacts:
     actor: Mapping[str, Any]
     text: str
     received_at: datetime
+    detail: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class SignalRecord:
     task_id: TaskId | None
     received_at: datetime
     plan: Mapping[str, Any] | None = None
+    detail: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +240,7 @@ def to_record(row: SignalRow) -> SignalRecord:
         task_id=TaskId(row.task_id) if row.task_id else None,
         received_at=row.received_at,
         plan=MappingProxyType(dict(row.plan)) if row.plan is not None else None,
+        detail=MappingProxyType(dict(row.detail or {})),
     )
 
 
@@ -260,6 +263,7 @@ def _insert(
         "task_id": verdict.task_id,
         "received_at": facts.received_at,
         "plan": dict(verdict.plan) if verdict.plan is not None else None,
+        "detail": dict(facts.detail) or None,
     }
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     statement = dialect.insert(SignalRow).values(values).on_conflict_do_nothing()

@@ -103,8 +103,9 @@ def test_every_section_has_defaults_when_config_is_empty() -> None:
     assert list(config.agents) == ["default"]
     assert config.agents["default"].limits.max_turns == 30
     assert config.agents["default"].mailbox_template == (
-        "<mailbox_update>\n{text}\n</mailbox_update>"
+        "<mailbox_update>\nFrom {sender}:\n{text}\n</mailbox_update>"
     )
+    assert (config.context.max_chars, config.model.vision) == (24_000, False)
     assert config.routing.stop_words == ("stop", "cancel")
     assert (config.worker.concurrency, config.worker.lease_seconds) == (4, 30)
     assert config.server.body_limit_bytes == 1024 * 1024

@@ -15,11 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from adapters.briefing import ThreadContext, github_web_hosts
 from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
+from adapters.github.context import GitHubContext
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
+from adapters.slack.context import SlackContext
+from adapters.slack.files import SlackFiles
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
 from adapters.web.metrics import Metrics
@@ -27,6 +31,7 @@ from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Ignored, Signal
+from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
 from runtime.errors import KeelError, Permanent
 from runtime.executor.context import ExecutorContext
@@ -89,6 +94,7 @@ class Keel:
     worker: Worker = field(init=False)
     dispatcher: OutboxDispatcher = field(init=False)
     reporting: ReportingPolicy = field(init=False)
+    briefing: Briefing = field(init=False)
     _paths: dict[str, Path] = field(init=False, default_factory=dict)
     _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
     _listener: PgListener | None = field(init=False, default=None)
@@ -153,7 +159,32 @@ class Keel:
         if cfg.github.enabled:
             self.github = GitHubClient.from_config(cfg.github)
             self.surfaces["github"] = GitHubSurface(self.github)
+        self.briefing = self._briefing()
         self._build_executor()
+
+    def _briefing(self) -> Briefing:
+        """What the worker fetches for a task's brief, on clients of their own (shorter
+        timeouts than the posting clients, so a slow thread cannot hold a worker long)."""
+        cfg = self.config
+        settings = cfg.context
+        timeout = max(1, round(settings.request_timeout_s))
+        slack = None
+        if cfg.slack.enabled and self.slack_identity is not None:
+            assert cfg.slack.bot_token is not None
+            files = SlackFiles(cfg.slack.bot_token.get_secret_value(), cfg.slack.api_url, settings)
+            client = slack_client(cfg.slack, timeout_s=timeout)
+            slack = SlackContext(client, self.slack_identity, files, settings)
+        github = None
+        if cfg.github.enabled:
+            reader = GitHubClient.from_config(cfg.github, timeout_s=timeout)
+            github = GitHubContext(reader, settings)
+        source = ThreadContext(
+            slack,
+            github,
+            github_hosts=github_web_hosts(cfg.github.api_url),
+            refs={key: repo.ref for key, repo in cfg.workspace.repositories.items()},
+        )
+        return Briefing(source=source, settings=settings, vision=cfg.model.vision)
 
     def _build_executor(self) -> None:
         cfg = self.config
@@ -170,6 +201,7 @@ class Keel:
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
             context_sources=(RepoGuidance(self),),
+            briefing=self.briefing,
             workspace_for=self.workspace_for,
             observe_phase=self.metrics.observe_phase,
         )

@@ -143,8 +143,9 @@ def fit_posts(posts: Sequence[Post], room: int) -> str:
     # A single message may hold at most a third of the room, so one long paste cannot crowd
     # out the rest of the conversation.
     rendered = [post_text(p, limit=max(room // 3, 200)) for p in posts]
-    if sum(len(r) + 1 for r in rendered) <= room:
-        return "\n".join(rendered)
+    whole = "\n".join(rendered)
+    if len(whole) <= room:
+        return whole
     note_room = 60
     kept_head = rendered[:1] if len(rendered[0]) + note_room < room else []
     used = sum(len(r) + 1 for r in kept_head) + note_room

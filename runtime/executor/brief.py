@@ -29,6 +29,11 @@ from runtime.store.records import MailboxMessage, Task
 log = logging.getLogger(__name__)
 
 KIND = "brief"
+_LABELS = (
+    "Requested by", "Came from", "Link", "Thread", "Repository", "Issue", "Pull request",
+    "Delegated by", "Task",
+)
+_ORDER = {label: index for index, label in enumerate(_LABELS)}
 _CREATION_KEY = "signal:"
 
 
@@ -86,9 +91,10 @@ def with_origin(gathered: Gathered, origin: Origin, task: Task) -> Gathered:
     request unless the adapters rendered it better."""
     facts = dict(_signal_facts(origin, task))
     facts.update(gathered.facts)
-    return replace(
-        gathered, facts=tuple(facts.items()), request=gathered.request or origin.text
-    )
+    if "Link" in facts:
+        facts.pop("Thread", None)  # the link says where, in a form people can open
+    ordered = sorted(facts.items(), key=lambda fact: _ORDER.get(fact[0], len(_ORDER)))
+    return replace(gathered, facts=tuple(ordered), request=gathered.request or origin.text)
 
 
 def _signal_facts(origin: Origin, task: Task) -> list[tuple[str, str]]:

@@ -1,0 +1,104 @@
+"""The sources of a task brief, composed: a Slack thread (with the GitHub issues and pull
+requests it links to), or a GitHub issue or pull request. Implements the runtime's
+``BriefSource`` port; the composition root builds it from config.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from adapters.github.client import parse_issue_ref
+from adapters.github.context import GitHubContext
+from adapters.slack.context import SlackContext
+from runtime.brief.model import Gathered, Origin, Sender
+from runtime.errors import Permanent
+
+_LINK = re.compile(
+    r"https?://(?P<host>[^/\s]+)/(?P<repo>[\w.-]+/[\w.-]+)/(?:issues|pull)/(?P<number>\d+)"
+)
+
+
+def github_web_hosts(api_url: str) -> frozenset[str]:
+    """Hosts whose issue and pull request links are GitHub's: github.com, or a GitHub
+    Enterprise (or emulator) host the API is reached at."""
+    host = urlsplit(api_url).netloc
+    return frozenset({"github.com"} | ({host} if host != "api.github.com" else set()))
+
+
+def github_links(texts: Iterable[str], hosts: frozenset[str]) -> list[tuple[str, int]]:
+    found = (
+        (match["repo"], int(match["number"]))
+        for text in texts
+        for match in _LINK.finditer(text)
+        if match["host"] in hosts
+    )
+    return list(dict.fromkeys(found))
+
+
+class ThreadContext:
+    def __init__(
+        self,
+        slack: SlackContext | None,
+        github: GitHubContext | None,
+        *,
+        github_hosts: frozenset[str] = frozenset({"github.com"}),
+        refs: Mapping[str, str] | None = None,
+    ) -> None:
+        self.slack = slack
+        self.github = github
+        self.github_hosts = github_hosts
+        self.refs = dict(refs or {})  # repository key -> configured ref, when GitHub is off
+
+    async def gather(self, origin: Origin) -> Gathered:
+        match origin.provider:
+            case "slack":
+                return await self._slack(origin)
+            case "github":
+                return await self._github(origin)
+        return Gathered(missing=(f"context from {origin.provider}: not supported",))
+
+    async def sender(self, part: Mapping[str, Any]) -> Sender:
+        if part.get("provider") == "slack" and self.slack is not None:
+            return await self.slack.sender(part)
+        if self.github is not None:
+            return await self.github.sender(part)
+        return Sender(str(part.get("name") or part.get("id") or "someone"))
+
+    async def _slack(self, origin: Origin) -> Gathered:
+        if self.slack is None:
+            return Gathered(missing=("the Slack thread: Slack is not connected",))
+        found = await self.slack.gather(origin)
+        missing = list(found.missing)
+        facts = list(found.facts)
+        if origin.repo:
+            facts.append(("Repository", await self._repository(origin.repo, missing)))
+        sections = list(found.sections)
+        texts = [found.request, *(p.text for s in found.sections for p in s.posts)]
+        links = github_links(texts, self.github_hosts)
+        if links and self.github is not None:
+            linked, gaps = await self.github.summaries(links)
+            sections += [linked] if linked else []
+            missing += gaps
+        return replace(
+            found, facts=tuple(facts), sections=tuple(sections), missing=tuple(missing)
+        )
+
+    async def _github(self, origin: Origin) -> Gathered:
+        if self.github is None:
+            return Gathered(missing=("the GitHub context: GitHub is not connected",))
+        try:
+            parse_issue_ref(origin.thread_ref or "")
+        except Permanent:
+            # A commit (a CI result): the event text says what there is to say.
+            return Gathered(facts=(("Came from", f"GitHub {origin.thread_ref}"),))
+        return await self.github.gather(origin)
+
+    async def _repository(self, repo: str, missing: list[str]) -> str:
+        if self.github is not None and "/" in repo:
+            return await self.github.repository(repo, missing)
+        ref = self.refs.get(repo)
+        return f"{repo} (checked out at {ref})" if ref else repo

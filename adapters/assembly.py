@@ -9,31 +9,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from adapters.briefing import ThreadContext, github_web_hosts
+from adapters.briefing import build_briefing
+from adapters.checkouts import Checkouts
 from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
-from adapters.github.context import GitHubContext
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
-from adapters.slack.context import SlackContext
-from adapters.slack.files import SlackFiles
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from adapters.web.ingress import RoutedSink
 from adapters.web.metrics import Metrics
 from routing.daemons import daemon_agents, daemon_residency
-from routing.intake import IngestResult, Router
+from routing.intake import Router
+from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
-from routing.signal import Ignored, Signal
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
-from runtime.errors import KeelError, Permanent
+from runtime.errors import Permanent
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
 from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
@@ -51,18 +48,19 @@ from runtime.tools.base import Tool
 from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
 from runtime.worker import Worker
-from runtime.workspace import Workspaces, WorkspaceSpec
+from runtime.workspace import Workspaces
 
 log = logging.getLogger(__name__)
+
 
 class RepoGuidance:
     """``AGENTS.md`` at the repository root, if present, becomes part of the task context."""
 
-    def __init__(self, keel: Keel) -> None:
-        self.keel = keel
+    def __init__(self, checkouts: Checkouts) -> None:
+        self.checkouts = checkouts
 
     async def sections(self, task: Task) -> list[str]:
-        workspace = await self.keel.workspace_for(task)
+        workspace = await self.checkouts.workspace_for(task)
         guide = workspace / "AGENTS.md" if workspace else None
         if guide is None or not guide.is_file():
             return []
@@ -81,6 +79,12 @@ class NoModel:
 
 @dataclass
 class Keel:
+    """Everything ``keel serve`` and ``keel worker`` run, built from one AppConfig.
+
+    Building does no I/O: ``migrate`` brings the schema up to date, ``connect`` asks the
+    providers who we are, ``start``/``stop`` run and end the loops.
+    """
+
     config: AppConfig
     clock: Clock = field(default_factory=SystemClock)
     provider: ModelProvider | None = None
@@ -91,17 +95,15 @@ class Keel:
     github: GitHubClient | None = field(init=False, default=None)
     slack_identity: SlackIdentity | None = field(init=False, default=None)
     workspaces: Workspaces = field(init=False)
+    checkouts: Checkouts = field(init=False)
     worker: Worker = field(init=False)
     dispatcher: OutboxDispatcher = field(init=False)
     reporting: ReportingPolicy = field(init=False)
+    sink: RoutedSink = field(init=False)
     briefing: Briefing = field(init=False)
-    _paths: dict[str, Path] = field(init=False, default_factory=dict)
     _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
     _listener: PgListener | None = field(init=False, default=None)
     _stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
-    _permissions: dict[tuple[str, str], tuple[float, str | None]] = field(
-        init=False, default_factory=dict
-    )
     metrics: Metrics = field(init=False, default_factory=Metrics)
 
     def __post_init__(self) -> None:
@@ -111,7 +113,6 @@ class Keel:
         self.db = Database.from_url(
             url, pool_size=cfg.database.pool_size, echo=cfg.database.echo
         )
-        upgrade(self.db.engine)  # migrations apply on start
         notifier = Notifier()
         self.scheduler = Scheduler(
             self.db, clock=self.clock, notifier=notifier, lease_seconds=cfg.worker.lease_seconds
@@ -122,6 +123,7 @@ class Keel:
             readonly_paths=cfg.workspace.readonly_paths,
             hidden=_keel_files(cfg, url),
         )
+        self.checkouts = Checkouts(self.workspaces, cfg.workspace.repositories, self.scheduler)
         self.reporting = ReportingPolicy(
             ack=cfg.reporting.ack,
             ack_emoji=cfg.reporting.ack_emoji,
@@ -131,8 +133,13 @@ class Keel:
         self.router = Router(
             self.scheduler, self.db, self._policy(), self.clock, reporting=self.reporting
         )
+        self.sink = RoutedSink(self.router, self.metrics)
         if self.db.is_postgres:
             self._listener = PgListener(url, notifier)
+
+    def migrate(self) -> None:
+        """Bring the schema up to date (``keel serve``/``keel worker`` start-up)."""
+        upgrade(self.db.engine)
 
     def _policy(self) -> RoutingPolicy:
         cfg = self.config
@@ -159,32 +166,9 @@ class Keel:
         if cfg.github.enabled:
             self.github = GitHubClient.from_config(cfg.github)
             self.surfaces["github"] = GitHubSurface(self.github)
-        self.briefing = self._briefing()
+            self.router.permissions = CachedPermissions(self.github)
+        self.briefing = build_briefing(cfg, self.slack_identity)
         self._build_executor()
-
-    def _briefing(self) -> Briefing:
-        """What the worker fetches for a task's brief, on clients of their own (shorter
-        timeouts than the posting clients, so a slow thread cannot hold a worker long)."""
-        cfg = self.config
-        settings = cfg.context
-        timeout = max(1, round(settings.request_timeout_s))
-        slack = None
-        if cfg.slack.enabled and self.slack_identity is not None:
-            assert cfg.slack.bot_token is not None
-            files = SlackFiles(cfg.slack.bot_token.get_secret_value(), cfg.slack.api_url, settings)
-            client = slack_client(cfg.slack, timeout_s=timeout)
-            slack = SlackContext(client, self.slack_identity, files, settings)
-        github = None
-        if cfg.github.enabled:
-            reader = GitHubClient.from_config(cfg.github, timeout_s=timeout)
-            github = GitHubContext(reader, settings)
-        source = ThreadContext(
-            slack,
-            github,
-            github_hosts=github_web_hosts(cfg.github.api_url),
-            refs={key: repo.ref for key, repo in cfg.workspace.repositories.items()},
-        )
-        return Briefing(source=source, settings=settings, vision=cfg.model.vision)
 
     def _build_executor(self) -> None:
         cfg = self.config
@@ -200,9 +184,9 @@ class Keel:
             resident=daemon_residency(daemons, cfg.daemons.idle_lifetime_s),
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
-            context_sources=(RepoGuidance(self),),
+            context_sources=(RepoGuidance(self.checkouts),),
             briefing=self.briefing,
-            workspace_for=self.workspace_for,
+            workspace_for=self.checkouts.workspace_for,
             observe_phase=self.metrics.observe_phase,
         )
         self.worker = Worker(
@@ -249,78 +233,8 @@ class Keel:
             PostUpdate(self.db, self.scheduler),
         ]
         if self.github is not None:
-            found.extend(github_tools(self.github, self.repo_full_name))
+            found.extend(github_tools(self.github, self.checkouts.repo_full_name))
         return {tool.name: tool for tool in found}
-
-    async def repo_full_name(self, task_id: str) -> str:
-        task = await self.scheduler.get(task_id)
-        name = task.repo if task else None
-        if not name:
-            raise KeelError("this task has no repository")
-        return github_name(name)
-
-    async def workspace_for(self, task: Task) -> Path | None:
-        if task.root_id in self._paths:
-            return self._paths[task.root_id]
-        root = task if task.task_id == task.root_id else await self.scheduler.get(task.root_id)
-        repo = self.config.workspace.repositories.get(root.repo or "") if root else None
-        if root is None or repo is None:
-            return None
-        token = repo.token.get_secret_value() if repo.token else None
-        path = await self.workspaces.ensure(WorkspaceSpec(root.task_id, repo.url, repo.ref), token)
-        self._paths[task.root_id] = path
-        return path
-
-    # -- ingress --------------------------------------------------------------------------
-
-    async def accept(
-        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> IngestResult:
-        """The webhook sink: the Signal, its effect and its 👀 commit together (routing)."""
-        started = time.monotonic()
-        if isinstance(outcome, Signal):
-            outcome = await self._enrich(outcome)
-        result = await self.router.ingest(
-            outcome, provider=provider, delivery_id=delivery_id, raw_kind=raw_kind
-        )
-        log.info(
-            "signal %s: %s (%s)",
-            result.signal_id,
-            result.decision,
-            result.reason or "-",
-            extra={
-                "signal_id": result.signal_id,
-                "delivery_id": delivery_id,
-                "task_id": result.task_id,
-            },
-        )
-        self.metrics.observe_ack(time.monotonic() - started, provider)
-        return result
-
-    async def _enrich(self, signal: Signal) -> Signal:
-        """The actor's repository permission, cached briefly (GitHub only)."""
-        if signal.provider != "github" or self.github is None or not signal.repo:
-            return signal
-        if signal.actor.is_self or signal.actor.permission is not None:
-            return signal
-        key = (signal.repo, signal.actor.name)
-        cached = self._permissions.get(key)
-        if cached is None or time.monotonic() - cached[0] > 60:
-            permission = await self._permission(signal.repo, signal.actor.name)
-            cached = (time.monotonic(), permission)
-            self._permissions[key] = cached
-        return replace(signal, actor=replace(signal.actor, permission=cached[1]))
-
-    async def _permission(self, repo: str, login: str) -> str | None:
-        assert self.github is not None
-        try:
-            value = await self.github.call(
-                lambda gh: gh.get_repo(repo).get_collaborator_permission(login)
-            )
-        except KeelError as e:
-            log.warning("permission lookup for %s on %s failed: %s", login, repo, e)
-            return None
-        return str(value)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -365,9 +279,6 @@ def _secret_values(cfg: AppConfig) -> list[str | None]:
     return [s.get_secret_value() if s is not None else None for s in secrets]
 
 
-_GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
-
-
 def _keel_files(cfg: AppConfig, database_url: str) -> list[Path]:
     """What repository code must never see: the configuration and the SQLite database."""
     files = [cfg.path] if cfg.path else []
@@ -375,17 +286,3 @@ def _keel_files(cfg: AppConfig, database_url: str) -> list[Path]:
     if database is not None:
         files += [database.with_name(database.name + suffix) for suffix in SQLITE_SUFFIXES]
     return [f.absolute() for f in files]
-
-
-def github_name(repo_key: str) -> str:
-    """The GitHub ``owner/name`` of a repository: its configured key, never its clone URL.
-
-    The URL may be a mirror, an SSH remote or a local path; only the key says which GitHub
-    repository pull requests and comments belong to.
-    """
-    if not _GITHUB_NAME.match(repo_key):
-        raise Permanent(
-            f"repository {repo_key!r} has no GitHub name: key it as owner/name in "
-            "workspace.repositories to use the GitHub tools"
-        )
-    return repo_key

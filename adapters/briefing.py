@@ -11,10 +11,15 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from adapters.github.client import parse_issue_ref
+from adapters.config import AppConfig
+from adapters.github.client import GitHubClient, parse_issue_ref
 from adapters.github.context import GitHubContext
 from adapters.slack.context import SlackContext
+from adapters.slack.files import SlackFiles
+from adapters.slack.signals import SlackIdentity
+from adapters.slack.surface import slack_client
 from runtime.brief.model import Gathered, Origin, Sender
+from runtime.brief.port import Briefing
 from runtime.errors import Permanent
 
 _LINK = re.compile(
@@ -102,3 +107,28 @@ class ThreadContext:
             return await self.github.repository(repo, missing)
         ref = self.refs.get(repo)
         return f"{repo} (checked out at {ref})" if ref else repo
+
+
+def build_briefing(config: AppConfig, slack_identity: SlackIdentity | None) -> Briefing:
+    """What the worker fetches for a task's brief, on clients of its own (shorter timeouts
+    than the posting clients, so a slow thread cannot hold a worker long)."""
+    settings = config.context
+    timeout = max(1, round(settings.request_timeout_s))
+    slack = None
+    if config.slack.enabled and slack_identity is not None:
+        assert config.slack.bot_token is not None
+        token = config.slack.bot_token.get_secret_value()
+        files = SlackFiles(token, config.slack.api_url, settings)
+        client = slack_client(config.slack, timeout_s=timeout)
+        slack = SlackContext(client, slack_identity, files, settings)
+    github = None
+    if config.github.enabled:
+        reader = GitHubClient.from_config(config.github, timeout_s=timeout)
+        github = GitHubContext(reader, settings)
+    source = ThreadContext(
+        slack,
+        github,
+        github_hosts=github_web_hosts(config.github.api_url),
+        refs={key: repo.ref for key, repo in config.workspace.repositories.items()},
+    )
+    return Briefing(source=source, settings=settings, vision=config.model.vision)

@@ -97,6 +97,7 @@ def worker(config_path: ConfigPath = None) -> None:
 
     async def run() -> None:
         keel = Keel(config)
+        await asyncio.to_thread(keel.migrate)
         await keel.connect()
         await keel.start(workers=True)
         stop = asyncio.Event()

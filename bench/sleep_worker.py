@@ -60,6 +60,7 @@ class SleepKeel(Keel):
 async def run(config_path: str, effects: Path) -> None:
     keel = SleepKeel(load_config(config_path))
     keel.effects = effects
+    keel.migrate()
     await keel.connect()
     await keel.start(workers=True)
     stop = asyncio.Event()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
@@ -24,6 +25,7 @@ from datetime import timedelta
 from typing import Any, Literal, assert_never, cast, get_args
 
 from routing.daemons import DaemonDefinition, matching_daemons
+from routing.permissions import PermissionSource, needs_permission, with_permission
 from routing.plan import BadPlan, from_plan, label, to_plan
 from routing.policy import RoutingPolicy
 from routing.router import (
@@ -39,7 +41,7 @@ from routing.router import (
 )
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
-from runtime.errors import Retryable
+from runtime.errors import KeelError, Retryable
 from runtime.executor.faults import FaultPlan
 from runtime.ids import SignalId, TaskId
 from runtime.reporting import ReportingPolicy, enqueue_ack
@@ -49,6 +51,8 @@ from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.outbox import enqueue_post
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, Admission, SignalFacts, SignalRecord, Verdict
+
+log = logging.getLogger(__name__)
 
 Decision = Literal["append", "new_task", "drop", "daemon", "stop", "escalated", "pending"]
 DECISIONS: frozenset[str] = frozenset(get_args(Decision))
@@ -141,6 +145,7 @@ class Router:
         clock: Clock | None = None,
         *,
         reporting: ReportingPolicy | None = None,
+        permissions: PermissionSource | None = None,
         retry_delays: tuple[float, ...] = (0.05, 0.2, 0.5),
         faults: FaultPlan | None = None,
     ) -> None:
@@ -149,6 +154,7 @@ class Router:
         self.policy = policy
         self.clock = clock or SystemClock()
         self.reporting = reporting
+        self.permissions = permissions
         self.retry_delays = retry_delays
         self.faults = faults or FaultPlan.from_env()
         self._locks = ObjectiveLocks()
@@ -161,7 +167,7 @@ class Router:
         """Store, decide and apply one delivery; a redelivery returns what the first became."""
         if isinstance(outcome, Ignored):
             return await self._ingest_ignored(outcome, provider, delivery_id, raw_kind)
-        signal = outcome
+        signal = await self._with_permission(outcome)
         facts = _facts(signal, provider, delivery_id)
         daemons = matching_daemons(signal, self.policy.daemons)
         keys = (signal.objective_key, *(d.objective_key for d in daemons))
@@ -185,6 +191,17 @@ class Router:
         if result.decision != "drop":
             self.scheduler.wake()
         return result
+
+    async def _with_permission(self, signal: Signal) -> Signal:
+        """The asker's repository permission, when a policy threshold depends on it."""
+        if self.permissions is None or signal.repo is None or not needs_permission(signal):
+            return signal
+        try:
+            found = await self.permissions.permission(signal.repo, signal.actor.name)
+        except KeelError as e:
+            log.warning("permission of %s on %s unknown: %s", signal.actor.name, signal.repo, e)
+            return signal
+        return with_permission(signal, found)
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100

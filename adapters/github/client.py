@@ -153,6 +153,11 @@ class GitHubClient:
         except _Unauthorized as refused:
             raise Permanent(f"GitHub refused a fresh token: {refused}") from refused.__cause__
 
+    async def permission(self, repo: str, login: str) -> str | None:
+        """``login``'s permission on ``repo`` (routing's ``PermissionSource``)."""
+        value = await self.call(lambda gh: gh.get_repo(repo).get_collaborator_permission(login))
+        return str(value)
+
     # -- issues and comments ------------------------------------------------------------
 
     async def create_comment(self, repo: str, number: int, body: str) -> Comment:

@@ -6,6 +6,7 @@ The lifespan connects to the providers, starts the workers and the outbox, and o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import urlencode
@@ -47,13 +48,14 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     keel = keel or Keel(config)
     slack = _Late(lambda: _slack_events(keel)) if config.slack.enabled else None
     github = (
-        _Late(lambda: GitHubWebhook.from_config(config.github, keel, keel.clock))
+        _Late(lambda: GitHubWebhook.from_config(config.github, keel.sink, keel.clock))
         if config.github.enabled
         else None
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(keel.migrate)
         await keel.connect()
         for route in (slack, github):
             if route is not None:
@@ -105,7 +107,9 @@ def _mount_docs(app: FastAPI, auth: AdminAuth) -> None:
 
 def _slack_events(keel: Keel) -> SlackEvents:
     assert keel.slack_identity is not None
-    return SlackEvents.from_config(keel.config.slack, keel.slack_identity, keel, keel.clock)
+    return SlackEvents.from_config(
+        keel.config.slack, keel.slack_identity, keel.sink, keel.clock
+    )
 
 
 def _mount_health(app: FastAPI, keel: Keel) -> None:

@@ -7,6 +7,8 @@ the sink returned (the sink commits the Signal and its route decision). A sink t
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
@@ -14,7 +16,11 @@ from fastapi import APIRouter, FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from adapters.web.metrics import Metrics
+from routing.intake import IngestResult, Router
 from routing.signal import Ignored, Signal
+
+log = logging.getLogger(__name__)
 
 SLACK_EVENTS_PATH = "/slack/events"
 GITHUB_WEBHOOK_PATH = "/github/webhook"
@@ -32,6 +38,35 @@ class SignalSink(Protocol):
     async def accept(
         self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
     ) -> object: ...
+
+
+class RoutedSink:
+    """The sink of ``keel serve``: routing's intake, with a log line and the ack latency."""
+
+    def __init__(self, router: Router, metrics: Metrics) -> None:
+        self.router = router
+        self.metrics = metrics
+
+    async def accept(
+        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
+    ) -> IngestResult:
+        started = time.monotonic()
+        result = await self.router.ingest(
+            outcome, provider=provider, delivery_id=delivery_id, raw_kind=raw_kind
+        )
+        log.info(
+            "signal %s: %s (%s)",
+            result.signal_id,
+            result.decision,
+            result.reason or "-",
+            extra={
+                "signal_id": result.signal_id,
+                "delivery_id": delivery_id,
+                "task_id": result.task_id,
+            },
+        )
+        self.metrics.observe_ack(time.monotonic() - started, provider)
+        return result
 
 
 class WebhookRoute(Protocol):

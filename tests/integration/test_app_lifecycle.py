@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -38,6 +39,20 @@ def test_readyz_fails_when_database_becomes_unreachable(db_url: str, tmp_path: P
         assert response.status_code == 503
         assert response.json()["ready"] is False
         assert httpx.get(server.url + "/healthz").status_code == 200  # the process is still up
+
+
+def test_building_keel_leaves_the_schema_alone_and_serve_start_up_migrates(
+    tmp_path: Path,
+) -> None:
+    from adapters.assembly import Keel
+
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    config = build_config({"database": {"url": url}, "workspace": {"root": str(tmp_path)}}, env={})
+    Keel(config).db.close()
+    tables = sqlite3.connect(tmp_path / "fresh.db").execute("SELECT name FROM sqlite_master")
+    assert tables.fetchall() == []
+    with serve(create_app(config, workers=False), lifespan="on") as server:
+        assert httpx.get(server.url + "/readyz").json() == {"ready": True}
 
 
 def test_database_pool_size_and_echo_reach_the_engine_when_configured(

@@ -352,7 +352,7 @@ async def test_composition_root_runs_a_daemon_as_its_role_when_configured(
     await app.start()
     try:
         signal = to_signal(check_run(), "d-app")
-        result = await app.accept(
+        result = await app.sink.accept(
             signal, provider="github", delivery_id="d-app", raw_kind="check_run"
         )
         assert result.decision == "daemon" and result.task_id is not None

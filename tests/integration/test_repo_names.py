@@ -31,7 +31,7 @@ async def keel(db_url: str, tmp_path: Path) -> Keel:
 async def _name_for(keel: Keel, repo: str) -> str:
     spec = TaskSpec(agent="default", message="fix it", repo=repo)
     task = (await keel.scheduler.schedule(spec)).task
-    return await keel.repo_full_name(task.task_id)
+    return await keel.checkouts.repo_full_name(task.task_id)
 
 
 @pytest.mark.parametrize("key", ["acme/widgets", "acme/mirrored", "acme/local"])

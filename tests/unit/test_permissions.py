@@ -1,0 +1,38 @@
+"""The permission port's cache: one lookup per (repository, login) while fresh."""
+
+from __future__ import annotations
+
+from routing.permissions import CachedPermissions, needs_permission, with_permission
+from routing.signal import Actor
+from tests.unit.test_router_table import github_comment, make_signal
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    async def permission(self, repo: str, login: str) -> str | None:
+        self.asked.append((repo, login))
+        return "maintain" if login == "mia" else None
+
+
+async def test_answers_are_reused_until_the_ttl_passes() -> None:
+    now = [0.0]
+    source = Counting()
+    cached = CachedPermissions(source, ttl_s=60, monotonic=lambda: now[0])
+    assert await cached.permission("acme/shop", "mia") == "maintain"
+    assert await cached.permission("acme/shop", "mia") == "maintain"
+    assert await cached.permission("acme/shop", "bob") is None
+    assert await cached.permission("acme/shop", "bob") is None  # a "no" is cached too
+    now[0] = 61
+    await cached.permission("acme/shop", "mia")
+    assert source.asked == [("acme/shop", "mia"), ("acme/shop", "bob"), ("acme/shop", "mia")]
+
+
+def test_only_a_github_person_without_a_known_permission_needs_a_lookup() -> None:
+    octo = Actor(id="101", name="octo", is_bot=False, is_self=False)
+    asker = github_comment(actor=octo, repo="acme/shop")
+    assert needs_permission(asker)
+    assert not needs_permission(with_permission(asker, "write"))
+    assert not needs_permission(github_comment(actor=octo, repo=None))
+    assert not needs_permission(make_signal())  # Slack has no repository permissions

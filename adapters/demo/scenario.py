@@ -1,8 +1,10 @@
 """The demo scenario, also the end-to-end test: a Slack mention becomes a verified fix.
 
 It starts the Slack and GitHub emulators and Keel on loopback, creates a sample repository
-with a failing test, sends a signed mention and, mid-run, a follow-up; it plays CI on the
-pull request the agent opens, and shows the thread as a person would see it.
+with a failing test, posts a report of the failure and, in its thread, a signed mention asking
+Keel to fix it (the scripted model must see the report, which only the task brief carries),
+then mid-run a follow-up; it plays CI on the pull request the agent opens, and shows the
+thread as a person would see it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ BOT_TOKEN = "xoxb-keel-emulated"
 GITHUB_TOKEN = "ghp-demo-token"
 WEBHOOK_SECRET = "demo-webhook-secret"
 REPO = "acme/shop"
+REPORT = "CI on main is red since this morning: test_add says add(2, 3) returns -1."
 MENTION = "the checkout tests are failing on main, can you fix it?"
 FOLLOW_UP = "Please keep the public API of calc unchanged."
 
@@ -179,9 +182,9 @@ def render_thread(slack: SlackState, root_ts: str) -> list[str]:
 
 def _check(slack: SlackState, root_ts: str, posts: list[Any]) -> list[str]:
     problems = []
-    root = slack.find(CHANNEL, root_ts)
-    if root is None or root.reactions.get("eyes") != [slack.bot_user_id]:
-        problems.append("expected exactly one 👀 from keel on the mention")
+    eyes = [m.reactions.get("eyes") for m in slack.thread(CHANNEL, root_ts)]
+    if [e for e in eyes if e] != [[slack.bot_user_id]]:
+        problems.append("expected exactly one 👀 from keel in the thread")
     replies = [m for m in slack.thread(CHANNEL, root_ts) if m.bot_id]
     completion = [m for m in replies if m.text.startswith(("✅", "⚠️", "❌", "🛑", "⏹", "⌛"))]
     progress = [m for m in replies if m.text.startswith("⏳")]
@@ -198,13 +201,14 @@ def _check(slack: SlackState, root_ts: str, posts: list[Any]) -> list[str]:
     return problems
 
 
-def _mention_event(slack: SlackState, ts: str, kind: str) -> dict[str, Any]:
+def _mention_event(slack: SlackState, ts: str, root_ts: str, kind: str) -> dict[str, Any]:
     text = f"<@{slack.bot_user_id}> {MENTION}"
     return {
         "type": kind,
         "user": PERSON[0],
         "text": text,
         "ts": ts,
+        "thread_ts": root_ts,
         "channel": CHANNEL,
         "event_ts": ts,
         "channel_type": "channel",
@@ -258,11 +262,15 @@ async def _drive(
     echo: Echo,
     timeout_s: float,
 ) -> DemoResult:
-    root_ts = slack.seed_message(CHANNEL, f"<@{slack.bot_user_id}> {MENTION}", user=PERSON[0])
-    echo(f"dana: @keel {MENTION}")
+    # The report is posted before Keel is asked: only the task brief brings it to the model.
+    root_ts = slack.seed_message(CHANNEL, REPORT, user=PERSON[0])
+    echo(f"dana: {REPORT}")
+    text = f"<@{slack.bot_user_id}> {MENTION}"
+    ts = slack.seed_message(CHANNEL, text, user=PERSON[0], thread_ts=root_ts)
+    echo(f"dana (in the thread): @keel {MENTION}")
     # Slack sends both events for one mention; Keel must make one task of them.
-    await _send(keel_url, _mention_event(slack, root_ts, "app_mention"), slack.team_id)
-    await _send(keel_url, _mention_event(slack, root_ts, "message"), slack.team_id)
+    await _send(keel_url, _mention_event(slack, ts, root_ts, "app_mention"), slack.team_id)
+    await _send(keel_url, _mention_event(slack, ts, root_ts, "message"), slack.team_id)
     db = Database.from_url(db_url)
     watcher = _Watcher(db, slack, echo)
     objective = f"slack:{slack.team_id}/{CHANNEL}/{root_ts}"

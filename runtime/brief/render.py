@@ -129,7 +129,7 @@ def _fit(section: Section, room: int) -> str:
 
 def post_text(post: Post, limit: int | None = None) -> str:
     when = f"[{post.at:%Y-%m-%d %H:%M} UTC] " if post.at is not None else ""
-    who = f"{post.author} (Keel, earlier)" if post.is_keel else post.author
+    who = f"{post.author} (your own earlier message)" if post.is_keel else post.author
     mark = " ← this request" if post.is_request else ""
     text = post.text if limit is None else fit_text(post.text, limit)
     body = text.strip().replace("\n", "\n  ")

@@ -5,6 +5,10 @@ even for errors, like Slack); shapes follow ../shared/corpora/slack (the Web API
 and its examples). Arguments are read from the query string, a form body or a JSON body,
 since slack_sdk uses all three. Where Slack's behaviour is loosely specified the emulator is
 strict: channels must be seeded, and a ``thread_ts`` must name a message in that channel.
+
+Files shared in messages are served at ``/files-pri/<team>-<file id>/download/<name>`` to a
+valid bearer token only (anyone else gets a sign-in page, as from Slack); ``refuse(method,
+code)`` makes a method answer an error such as ``missing_scope``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class SlackFile:
     content: bytes
     user: str
     created: int
+    # Slack lists some files (from another workspace, over a plan's limit) by id only, with
+    # ``"file_access": "check_file_info"``: only files.info gives their details.
+    check_file_info: bool = False
 
 
 @dataclass(slots=True)
@@ -124,13 +131,15 @@ class SlackState(EmulatorState):
         self.messages.append(message)
         return message.ts
 
-    def new_file(self, name: str, mimetype: str, content: bytes, *, user: str) -> SlackFile:
+    def new_file(
+        self, name: str, mimetype: str, content: bytes, *, user: str, check_file_info: bool = False
+    ) -> SlackFile:
         """A file to attach to a seeded message (``seed_message(..., files=[...])``)."""
         self._file_ids += 1
         filetype = name.rpartition(".")[2].lower() if "." in name else "binary"
         return SlackFile(
             f"F0KEEL{self._file_ids:04d}", name, mimetype, filetype, content, user,
-            int(time.time()),
+            int(time.time()), check_file_info,
         )
 
     def refuse(self, method: str, code: str, **extra: str) -> None:
@@ -175,7 +184,7 @@ def _message_json(state: SlackState, message: SlackMessage, *, metadata: bool) -
         root = state.find(message.channel, message.thread_ts)
         body["parent_user_id"] = root.user if root else message.user
     if message.files:
-        body["files"] = [_file_json(state, f) for f in message.files]
+        body["files"] = [_listed_file_json(state, f) for f in message.files]
         body["upload"] = False
     if message.reactions:
         # Slack returns reactions on messages although the 2021 description leaves them out.
@@ -341,6 +350,12 @@ def _file_json(state: SlackState, file: SlackFile) -> Args:
         "permalink": f"https://keel-emulated.slack.com/files/{file.user}/{file.file_id}/{file.name}",
         "has_rich_preview": False,
     }
+
+
+def _listed_file_json(state: SlackState, file: SlackFile) -> Args:
+    if file.check_file_info:
+        return {"id": file.file_id, "file_access": "check_file_info", "created": file.created}
+    return _file_json(state, file)
 
 
 def _in_range(message: SlackMessage, args: Args) -> bool:

@@ -196,7 +196,8 @@ class SlackContext:
                     missing.append(str(info))
                     continue
                 file = dict(info["file"])
-            downloads.append(await self.files.fetch(file, len(downloads)))
+            fetched = sum(1 for d in downloads if d.content is not None)
+            downloads.append(await self.files.fetch(file, fetched))
         return downloads
 
     # -- the header -------------------------------------------------------------------------

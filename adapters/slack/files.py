@@ -53,7 +53,8 @@ class SlackFiles:
         self.policy = RetryPolicy(attempts=settings.fetch_attempts)
 
     async def fetch(self, file: Mapping[str, Any], already: int) -> Download:
-        """``file``'s content if it is worth reading and within bounds; else why not."""
+        """``file``'s content if it is worth reading and within bounds (``already`` is how
+        many files this brief has downloaded so far); else why not."""
         ref = file_ref(file)
         limit = self._limit(ref)
         if limit is None:

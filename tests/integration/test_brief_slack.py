@@ -4,6 +4,7 @@ emulators, and a scripted model whose expectations prove what its first request 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,11 @@ async def test_first_request_holds_thread_with_names_files_and_links_when_asked_
     assert ALICE not in brief and live.slack.bot_user_id not in brief  # names, not ids
     assert (workspace / ".keel/files/F0KEEL0002-traceback.txt").read_bytes() == b"KeyError: 'sku'\n"
     assert (workspace / ".keel/files/F0KEEL0001-screenshot.png").read_bytes() == PNG
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=workspace, capture_output=True, text=True, check=True,
+    )
+    assert ".keel" not in status.stdout  # the files can never be committed
     assert "shown to you as an image" not in brief and "images" not in entries[0].payload
     # The token went to Slack's file host as a header; no file address reached the brief.
     downloads = [r for r in live.slack.requests if "/download/" in r.path]

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from runtime.brief import files
-from runtime.brief.model import Gathered, Origin, Sender
+from runtime.brief.model import Download, Gathered, Origin, Sender
 from runtime.brief.port import Briefing
 from runtime.brief.render import FileNote, render
 from runtime.errors import KeelError
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext
+from runtime.models.base import ImagePart
 from runtime.store import runs, signals
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task
@@ -45,24 +46,11 @@ async def brief_item(task: Task, ctx: ExecutorContext) -> runs.NewItem | None:
     origin = await ctx.db.read(lambda s: origin_of(s, task))
     gathered = await gather(ctx.briefing, origin)
     ctx.faults.hit("brief:gathered")
-    workspace = await _workspace(task, ctx) if gathered.downloads else None
-    notes = files.save(workspace, gathered.downloads)
-    settings = ctx.briefing.settings
-    shown = (
-        files.images(
-            gathered.downloads,
-            max_images=settings.max_images,
-            max_bytes=settings.max_image_bytes,
-        )
-        if ctx.briefing.vision
-        else {}
-    )
-    for file_id in shown:
-        notes[file_id] = replace(notes.get(file_id, FileNote()), shown=True)
+    notes, shown = await _files(task, ctx, gathered.downloads)
     brief = with_origin(gathered, origin, task)
     payload: dict[str, Any] = {
         "type": "user_text",
-        "text": render(brief, notes, settings.max_chars),
+        "text": render(brief, notes, ctx.briefing.settings.max_chars),
         "missing": list(brief.missing),
     }
     if shown:
@@ -70,6 +58,25 @@ async def brief_item(task: Task, ctx: ExecutorContext) -> runs.NewItem | None:
             {"media_type": i.media_type, "data": i.data, "name": i.name} for i in shown.values()
         ]
     return runs.NewItem(key, "user", KIND, payload)
+
+
+async def _files(
+    task: Task, ctx: ExecutorContext, downloads: Sequence[Download]
+) -> tuple[dict[str, FileNote], dict[str, ImagePart]]:
+    """Downloaded files saved in the workspace; the images a model that reads images sees."""
+    if not downloads:
+        return {}, {}
+    workspace = await _workspace(task, ctx)
+    notes = await asyncio.to_thread(files.save, workspace, downloads)
+    settings = ctx.briefing.settings
+    shown = (
+        files.images(downloads, max_images=settings.max_images, max_bytes=settings.max_image_bytes)
+        if ctx.briefing.vision
+        else {}
+    )
+    for file_id in shown:
+        notes[file_id] = replace(notes.get(file_id, FileNote()), shown=True)
+    return notes, shown
 
 
 async def gather(briefing: Briefing, origin: Origin) -> Gathered:

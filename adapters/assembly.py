@@ -36,7 +36,7 @@ from runtime.executor.runner import Runner
 from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
 from runtime.models.factory import build_provider
 from runtime.notifier import Notifier
-from runtime.outbox import Fallback, OutboxDispatcher
+from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ReportingPolicy, ThreadReporter
 from runtime.scheduler import Scheduler
 from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
@@ -201,7 +201,7 @@ class Keel:
             self.surfaces,
             self.clock,
             edit_interval_s=cfg.reporting.progress_min_interval_s,
-            fallback=Fallback(fallback.surface, fallback.thread_ref) if fallback else None,
+            fallback=fallback.thread if fallback else None,
             notifier=self.scheduler.notifier,
             on_failure=self.metrics.count_outbox_failure,
         )

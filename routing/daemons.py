@@ -52,14 +52,14 @@ class Watch:
     pattern: str | None = None
 
     def matches(self, signal: Signal) -> bool:
-        detail = signal.detail
+        conclusion = signal.ci.conclusion if signal.ci else None
         return (
             self.provider == signal.provider
-            and (self.kind is None or self.kind in (signal.kind, detail.get("event")))
+            and (self.kind is None or self.kind in (signal.kind, signal.event))
             and (self.repo is None or self.repo.lower() == (signal.repo or "").lower())
-            and (self.branch is None or _branch_matches(self.branch, detail))
-            and (self.conclusion is None or self.conclusion == detail.get("conclusion"))
-            and (self.label is None or self.label in _labels(detail))
+            and (self.branch is None or _branch_matches(self.branch, signal.branch))
+            and (self.conclusion is None or self.conclusion == conclusion)
+            and (self.label is None or self.label in signal.labels)
             and (self.pattern is None or re.search(self.pattern, signal.text) is not None)
         )
 
@@ -315,11 +315,5 @@ def _names(value: object, key: str, source: str) -> tuple[str, ...]:
 # -- matching -------------------------------------------------------------------------------
 
 
-def _branch_matches(pattern: str, detail: Mapping[str, Any]) -> bool:
-    branch = detail.get("head_branch")
-    return isinstance(branch, str) and fnmatchcase(branch, pattern)
-
-
-def _labels(detail: Mapping[str, Any]) -> tuple[str, ...]:
-    labels = detail.get("labels") or ()
-    return tuple(str(label) for label in labels)
+def _branch_matches(pattern: str, branch: str | None) -> bool:
+    return branch is not None and fnmatchcase(branch, pattern)

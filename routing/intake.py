@@ -51,6 +51,7 @@ from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.outbox import enqueue_post
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, Admission, SignalFacts, SignalRecord, Verdict
+from runtime.threads import text_of
 
 log = logging.getLogger(__name__)
 
@@ -487,7 +488,7 @@ class Router:
         """The 👀 of an accepted signal (🛑 for a stop), or the escalation of one not taken."""
         if self.reporting is None or record.thread_ref is None:
             return
-        thread = thread_root(record.thread_ref)
+        thread = record.thread_ref.root
         now = self.clock.now()
         if result.decision in ACKNOWLEDGED and result.task_id is not None:
             enqueue_ack(
@@ -495,7 +496,7 @@ class Router:
                 self.reporting,
                 task_id=result.task_id,
                 signal_id=record.signal_id,
-                thread_ref=thread,
+                thread=thread,
                 now=now,
                 emoji="octagonal_sign" if result.decision == "stop" else None,
             )
@@ -504,8 +505,7 @@ class Router:
                 session,
                 task_id=result.task_id or "",
                 purpose="escalation",
-                surface=thread.split(":", 1)[0],
-                thread_ref=thread,
+                thread=thread,
                 key=f"escalation:{record.signal_id}",
                 action="post",
                 body=_escalation_text(result.reason),
@@ -515,7 +515,7 @@ class Router:
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""
         return _Fresh(
-            objective_key=record.objective_key or record.thread_ref or record.signal_id,
+            objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
             agent=self.policy.default_agent,
             message=record.text,
             decision="new_task",
@@ -529,7 +529,7 @@ class Router:
             message=fresh.message,
             origin_thread_ref=record.thread_ref,
             objective_key=fresh.objective_key,
-            repo=self.policy.repo_for(record.provider, record.thread_ref),
+            repo=self.policy.repo_for(record.thread_ref),
             requested_by=_actor_id(record),
             follows_task_id=follows,
             # A root task's creation key: lets a resumed plan find the task it already made.
@@ -538,13 +538,6 @@ class Router:
 
     def _daemon(self, name: str) -> DaemonDefinition | None:
         return next((d for d in self.policy.daemons if d.daemon_id == name), None)
-
-
-def thread_root(thread_ref: str) -> str:
-    """The thread itself (a GitHub comment ref or Slack message ts points inside it)."""
-    if thread_ref.startswith("github:"):
-        return thread_ref.split(":comment", 1)[0]
-    return thread_ref
 
 
 def _escalation_text(reason: str | None) -> str:

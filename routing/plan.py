@@ -13,6 +13,7 @@ from typing import Any, assert_never
 from routing.router import Append, Daemon, Drop, NewTask, Route, Stop, TaskView
 from runtime.ids import TaskId
 from runtime.store.records import TaskStatus
+from runtime.threads import BadThreadRef, text_of, thread_of
 
 Plan = dict[str, Any]
 
@@ -72,7 +73,7 @@ def from_plan(plan: Mapping[str, Any]) -> Route:
                 )
             case other:
                 raise BadPlan(f"unknown route {other!r}")
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, BadThreadRef) as e:
         raise BadPlan(f"unreadable plan: {e}") from e
 
 
@@ -97,7 +98,7 @@ def _view(task: TaskView) -> dict[str, Any]:
     return {
         "task_id": task.task_id,
         "status": task.status.value,
-        "origin_thread_ref": task.origin_thread_ref,
+        "origin_thread_ref": text_of(task.origin_thread_ref),
         "objective_key": task.objective_key,
         "requested_by": task.requested_by,
     }
@@ -107,7 +108,7 @@ def _task(value: Mapping[str, Any]) -> TaskView:
     return TaskView(
         task_id=TaskId(str(value["task_id"])),
         status=TaskStatus(value["status"]),
-        origin_thread_ref=value.get("origin_thread_ref"),
+        origin_thread_ref=thread_of(value.get("origin_thread_ref")),
         objective_key=value.get("objective_key"),
         requested_by=value.get("requested_by"),
     )

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Literal, assert_never, get_args
 
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.daemons import DaemonDefinition, daemon_from_config
 from routing.signal import Actor, Signal
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
 PERMISSIONS: tuple[Permission, ...] = get_args(Permission)
@@ -91,17 +92,16 @@ class RoutingPolicy:
     def caused_by_us(self, signal: Signal) -> bool:
         if signal.actor.is_self:
             return True
-        sender = signal.detail.get("sender_login")
-        app_id = signal.detail.get("app_id")
-        return (isinstance(sender, str) and sender.lower() in self.self_logins) or (
-            app_id in self.self_app_ids
-        )
+        # A GitHub actor's name is its login.
+        by_login = signal.provider == "github" and signal.actor.name.lower() in self.self_logins
+        by_app = signal.ci is not None and signal.ci.app_id in self.self_app_ids
+        return by_login or by_app
 
     def is_stop(self, signal: Signal) -> bool:
         """Only the configured words and reaction stop: ``signal.command`` is the adapters'
         fixed vocabulary, so trusting it would let "cancel" stop after ``stop_words: [halt]``."""
         if signal.kind == "reaction":
-            return signal.detail.get("reaction") == self.stop_reaction
+            return signal.reaction == self.stop_reaction
         word = signal.text.strip().lower().rstrip(".!?").strip()
         return word in self.stop_words or word in _reaction_as_text(self.stop_reaction)
 
@@ -113,27 +113,24 @@ class RoutingPolicy:
             return None
         return stripped[len(prefix) :].strip()
 
-    def repo_for(self, provider: str, thread_ref: str | None) -> str | None:
+    def repo_for(self, thread: ThreadRef | None) -> str | None:
         """The repository a request is about, from its thread: channel map or GitHub repo."""
-        if thread_ref is None:
-            return self.default_repo
-        body = thread_ref.partition(":")[2]
-        match provider:
-            case "slack":
-                parts = body.split("/")
-                channel = parts[1] if len(parts) > 1 else ""
-                return self.channel_repos.get(channel, self.default_repo)
-            case "github":
-                repo = body.split("#")[0].split("@")[0]
-                return repo or self.default_repo
-            case _:
+        match thread:
+            case None:
                 return self.default_repo
+            case SlackThread(channel=channel):
+                return self.channel_repos.get(channel, self.default_repo)
+            case GitHubIssue(repo=repo) | GitHubCommit(repo=repo):
+                return repo
+            case _:
+                assert_never(thread)
 
     def _bot_allowed(self, actor: Actor) -> bool:
         return actor.name.lower() in self.allowed_bots or actor.id.lower() in self.allowed_bots
 
     def _slack_channel_allows(self, signal: Signal) -> bool:
-        channel = signal.detail.get("channel")
+        thread = signal.thread_ref
+        channel = thread.channel if isinstance(thread, SlackThread) else None
         return not self.slack_allowed_channels or channel in self.slack_allowed_channels
 
     def _slack_user_allows(self, actor: Actor) -> bool:

@@ -16,6 +16,7 @@ from routing.policy import RoutingPolicy
 from routing.signal import DropReason, Signal
 from runtime.ids import TaskId
 from runtime.store.records import Task, TaskStatus
+from runtime.threads import ThreadRef
 
 # Kinds in which a message sits in a conversation that may already have an owner.
 _REPLY_KINDS = frozenset({"thread_reply", "issue_comment", "review_comment"})
@@ -27,7 +28,7 @@ class TaskView:
 
     task_id: TaskId
     status: TaskStatus
-    origin_thread_ref: str | None = None
+    origin_thread_ref: ThreadRef | None = None
     objective_key: str | None = None
     requested_by: str | None = None
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
+
+from runtime.threads import ThreadRef
 
 Provider = Literal["slack", "github"]
 SignalKind = Literal[
@@ -45,7 +47,6 @@ _COMMAND_WORDS: Mapping[str, Command] = MappingProxyType(
 # Slack wraps links as <url> or <url|label>; markdown as (url). Neither delimiter is part of it.
 _URL = re.compile(r"https?://[^\s<>|()\[\]\"']+")
 _TRAILING = ".,;:!?"
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,18 +61,30 @@ class Actor:
 
 
 @dataclass(frozen=True, slots=True)
+class CiRun:
+    """A finished check run, check suite or workflow run."""
+
+    name: str
+    conclusion: str | None
+    app_id: int | None = None  # the GitHub App that ran it: ours means we caused the event
+
+
+@dataclass(frozen=True, slots=True)
 class Signal:
     """A routable event.
 
-    `thread_ref` names the conversation (`slack:{team}/{channel}/{root_ts}`,
-    `github:{owner}/{repo}#{number}`, `github:{owner}/{repo}@{head_sha}` for CI);
-    `dedupe_key` names the underlying fact, so two deliveries of one message collide.
+    ``thread_ref`` names the conversation (a Slack thread by its root, a GitHub issue or pull
+    request, or a commit for CI); ``objective_key`` is its text unless the adapter says
+    otherwise; ``dedupe_key`` names the underlying fact, so two deliveries of one message
+    collide. The fields after ``event_action`` are the provider facts routing reads: the
+    GitHub event name, a pull request's or CI run's head branch, an issue's or pull request's
+    labels, a CI run's outcome, and the name of a reaction.
     """
 
     provider: Provider
     delivery_id: str
     kind: SignalKind
-    thread_ref: str
+    thread_ref: ThreadRef
     objective_key: str
     actor: Actor
     text: str
@@ -80,9 +93,17 @@ class Signal:
     links: tuple[str, ...]
     received_at: datetime
     dedupe_key: str
-    repo: str | None
     event_action: str | None
-    detail: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    event: str | None = None
+    branch: str | None = None
+    labels: tuple[str, ...] = ()
+    ci: CiRun | None = None
+    reaction: str | None = None
+
+    @property
+    def repo(self) -> str | None:
+        """The repository the thread lives in; None for Slack (routing maps channels)."""
+        return self.thread_ref.repo
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +128,3 @@ def find_links(text: str) -> tuple[str, ...]:
     """URLs in the text, in order of first appearance, without trailing punctuation."""
     found = (match.rstrip(_TRAILING) for match in _URL.findall(text))
     return tuple(dict.fromkeys(found))
-
-
-def frozen_detail(**values: Any) -> Mapping[str, Any]:
-    """A read-only detail mapping, so a frozen Signal cannot be changed through it."""
-    return MappingProxyType(values)

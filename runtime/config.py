@@ -7,7 +7,6 @@ and the loader (``${VAR}`` substitution, translation of errors into ``ConfigErro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,6 +22,8 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+
+from runtime.threads import BadThreadRef, GitHubIssue, SlackThread, ThreadRef, parse_thread
 
 SourceOf = Callable[[str], str]
 """Given a dotted config path, names where its value comes from: an env var, else the path."""
@@ -219,12 +220,12 @@ class WorkspaceConfig(ConfigSection):
 
 _FALLBACK_FORMS = {
     "slack": (
-        re.compile(r"^slack:[^\s/:]+/[^\s/:]+/\d+\.\d+$"),
+        SlackThread,
         "slack:<team id>/<channel id>/<thread ts>, "
         "e.g. slack:T0123ABCD/C0123456789/1700000000.000100",
     ),
     "github": (
-        re.compile(r"^github:[\w.-]+/[\w.-]+#\d+$"),
+        GitHubIssue,
         "github:<owner>/<repo>#<issue number>, e.g. github:acme/ops#1",
     ),
 }
@@ -242,10 +243,19 @@ class FallbackConfig(ConfigSection):
         surface = info.data.get("surface")
         if surface not in _FALLBACK_FORMS:
             return thread_ref  # the surface itself is already reported as invalid
-        pattern, form = _FALLBACK_FORMS[surface]
-        if not pattern.match(thread_ref):
+        kind, form = _FALLBACK_FORMS[surface]
+        try:
+            thread = parse_thread(thread_ref)
+        except BadThreadRef:
+            thread = None
+        # A whole thread to post in: not one message or comment in it, not a commit.
+        if thread is None or not isinstance(thread, kind) or thread.root != thread:
             raise ValueError(f"{thread_ref!r} is not a {surface} thread; expected {form}")
         return thread_ref
+
+    @property
+    def thread(self) -> ThreadRef:
+        return parse_thread(self.thread_ref)
 
 
 class ReportingConfig(ConfigSection):

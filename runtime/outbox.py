@@ -3,8 +3,9 @@
 A row is marked ``sending`` (committed) before the surface is called. A row found ``sending``
 later may have landed without us hearing back, so the surface is asked for a post carrying
 its key before anything is sent again. Progress edits are rate-limited per message.
-If the origin fails permanently, the post goes to the fallback surface, and where it landed
-is recorded.
+If the origin fails permanently, the post goes to the fallback thread, and where it landed
+is recorded (``runtime.threads.Landed``). Rows keep their references as text; each is read
+back here, per post, so one unreadable row fails alone instead of stopping the outbox.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 
 from runtime.clock import Clock
@@ -21,15 +21,10 @@ from runtime.notifier import Notifier
 from runtime.store import outbox
 from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
-from runtime.surfaces import PostedRef, Surface
+from runtime.surfaces import Surface
+from runtime.threads import BadThreadRef, Landed, ThreadRef, parse_landed, parse_thread
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Fallback:
-    surface: str
-    thread_ref: str
 
 
 class OutboxDispatcher:
@@ -40,7 +35,7 @@ class OutboxDispatcher:
         clock: Clock,
         *,
         edit_interval_s: float = 3.0,
-        fallback: Fallback | None = None,
+        fallback: ThreadRef | None = None,
         notifier: Notifier | None = None,
         max_attempts: int = 8,
         on_failure: Callable[[str], None] | None = None,
@@ -73,11 +68,17 @@ class OutboxDispatcher:
         return sum(results)
 
     async def _send(self, post: OutboxPost) -> int:
-        if post.state == "stale" and post.landed_on:
-            return await self._edit(post, post.landed_on)
-        surface = self.surfaces.get(post.surface)
+        try:
+            thread = parse_thread(post.thread_ref)
+            landed = parse_landed(post.landed_on) if post.landed_on else None
+        except BadThreadRef as e:
+            await self._fail(post, str(e), permanent=True)
+            return 0
+        if post.state == "stale" and landed is not None:
+            return await self._edit(post, thread, landed)
+        surface = self.surfaces.get(thread.surface)
         if surface is None:
-            await self._fail(post, f"surface {post.surface!r} is not configured", permanent=True)
+            await self._fail(post, f"surface {thread.surface!r} is not configured", permanent=True)
             return 0
         try:
             recovering = post.state == "sending"
@@ -86,46 +87,47 @@ class OutboxDispatcher:
                     s, post.outbox_id, state="sending", attempts=post.attempts + 1
                 )
             )
-            ref = await self._deliver(surface, post, recovering)
+            message = await self._deliver(surface, post, thread, recovering)
         except Retryable as e:
             await self._retry(post, e)
             return 0
         except Permanent as e:
-            return await self._to_fallback(post, e)
-        await self._landed(post, f"{ref.surface}:{ref.ref}")
+            return await self._to_fallback(post, thread, e)
+        await self._landed(post, Landed(message))
         return 1
 
-    async def _edit(self, post: OutboxPost, landed_on: str) -> int:
+    async def _edit(self, post: OutboxPost, thread: ThreadRef, landed: Landed) -> int:
         """A newer body for a message already posted, sent to wherever that message landed."""
-        posted = _posted(post)
-        surface = self.surfaces.get(posted.surface)
+        surface = self.surfaces.get(landed.message.surface)
         if surface is None:
-            await self._fail(post, f"surface {posted.surface!r} is not configured", permanent=True)
+            where = landed.message.surface
+            await self._fail(post, f"surface {where!r} is not configured", permanent=True)
             return 0
-        fell_back = landed_on.startswith("fallback:")
-        body = f"{_fallback_note(post)}\n\n{post.body}" if fell_back else post.body
+        body = f"{_fallback_note(thread)}\n\n{post.body}" if landed.fallback else post.body
         try:
-            await surface.update(posted, body)
+            await surface.update(landed.message, body)
         except Retryable as e:
             await self._retry(post, e)
             return 0
         except Permanent as e:
-            await self._fail(post, f"edit of {posted.surface}:{posted.ref}: {e}", permanent=True)
+            await self._fail(post, f"edit of {landed.message}: {e}", permanent=True)
             return 0
-        await self._landed(post, landed_on)
+        await self._landed(post, landed)
         return 1
 
-    async def _deliver(self, surface: Surface, post: OutboxPost, recovering: bool) -> PostedRef:
+    async def _deliver(
+        self, surface: Surface, post: OutboxPost, thread: ThreadRef, recovering: bool
+    ) -> ThreadRef:
         if post.action == "react":
-            await surface.react(post.thread_ref, post.body)
-            return PostedRef(post.surface, post.thread_ref.removeprefix(f"{post.surface}:"))
+            await surface.react(thread, post.body)
+            return thread
         if recovering:
-            found = await surface.find_post(post.thread_ref, key=post.key)
+            found = await surface.find_post(thread, key=post.key)
             if found is not None:
                 return found
-        return await surface.post(post.thread_ref, post.body, key=post.key)
+        return await surface.post(thread, post.body, key=post.key)
 
-    async def _landed(self, post: OutboxPost, where: str) -> None:
+    async def _landed(self, post: OutboxPost, where: Landed) -> None:
         now = self.clock.now()
 
         def work(session: object) -> None:
@@ -136,7 +138,7 @@ class OutboxDispatcher:
                 return
             # A newer body may have arrived while we were sending: keep it stale.
             row.state = "stale" if row.body != post.body else "landed"
-            row.landed_on = where
+            row.landed_on = str(where)
             row.landed_at = now
             row.last_error = None
 
@@ -159,19 +161,19 @@ class OutboxDispatcher:
             lambda s: outbox.mark(s, post.outbox_id, next_attempt_at=at, last_error=str(error))
         )
 
-    async def _to_fallback(self, post: OutboxPost, error: Permanent) -> int:
+    async def _to_fallback(self, post: OutboxPost, thread: ThreadRef, error: Permanent) -> int:
         fallback = self.fallback
         target = self.surfaces.get(fallback.surface) if fallback else None
         if fallback is None or target is None or post.action == "react":
             await self._fail(post, str(error), permanent=True)
             return 0
-        text = f"{_fallback_note(post, error)}\n\n{post.body}"
+        text = f"{_fallback_note(thread, error)}\n\n{post.body}"
         try:
-            ref = await target.post(fallback.thread_ref, text, key=post.key)
+            message = await target.post(fallback, text, key=post.key)
         except (Retryable, Permanent) as e:
             await self._fail(post, f"origin: {error}; fallback: {e}", permanent=True)
             return 0
-        await self._landed(post, f"fallback:{ref.surface}:{ref.ref}")
+        await self._landed(post, Landed(message, fallback=True))
         return 1
 
     async def _fail(self, post: OutboxPost, reason: str, *, permanent: bool) -> None:
@@ -183,14 +185,6 @@ class OutboxDispatcher:
         )
 
 
-def _posted(post: OutboxPost) -> PostedRef:
-    assert post.landed_on is not None
-    surface, _, ref = post.landed_on.partition(":")
-    if surface == "fallback":
-        surface, _, ref = ref.partition(":")
-    return PostedRef(surface, ref)
-
-
-def _fallback_note(post: OutboxPost, error: Exception | None = None) -> str:
+def _fallback_note(thread: ThreadRef, error: Exception | None = None) -> str:
     reason = f": {error}" if error is not None else ""
-    return f"(Could not post in {post.thread_ref}{reason})"
+    return f"(Could not post in {thread}{reason})"

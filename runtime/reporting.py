@@ -18,6 +18,7 @@ from runtime.store import outbox, runs
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.runs import ToolCallRecord
+from runtime.threads import ThreadRef
 
 PHASE_LABELS = {
     "load_context": "reading the request",
@@ -31,10 +32,6 @@ PHASE_LABELS = {
 
 def is_daemon(task: Task) -> bool:
     return (task.objective_key or "").startswith("daemon:")
-
-
-def surface_of(thread_ref: str) -> str:
-    return thread_ref.split(":", 1)[0]
 
 
 def progress_key(task_id: str) -> str:
@@ -68,7 +65,7 @@ def enqueue_ack(
     *,
     task_id: str,
     signal_id: str,
-    thread_ref: str,
+    thread: ThreadRef,
     now: datetime,
     emoji: str | None = None,
 ) -> None:
@@ -78,8 +75,7 @@ def enqueue_ack(
         session,
         task_id=task_id,
         purpose="ack",
-        surface=surface_of(thread_ref),
-        thread_ref=thread_ref,
+        thread=thread,
         key=ack_key(signal_id),
         action="post" if reply else "react",
         body="On it." if reply else (emoji or policy.ack_emoji),
@@ -105,8 +101,7 @@ class ThreadReporter:
             session,
             task_id=task.task_id,
             purpose="progress",
-            surface=surface_of(task.origin_thread_ref),
-            thread_ref=task.origin_thread_ref,
+            thread=task.origin_thread_ref,
             key=key,
             action="post",
             body=body,
@@ -131,8 +126,7 @@ class ThreadReporter:
             session,
             task_id=task.task_id,
             purpose="completion",
-            surface=surface_of(task.origin_thread_ref),
-            thread_ref=task.origin_thread_ref,
+            thread=task.origin_thread_ref,
             key=completion_key(task.task_id),
             action="post",
             body=body,

@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from routing.signal import Actor, Signal
 from runtime.store.records import TaskSpec
+from runtime.threads import SlackThread
+
+THREAD = SlackThread("T1", "C1", "1700000000.000100")
+ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
+SIGNAL_TIME = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 def make_spec(**overrides: Any) -> TaskSpec:
     values: dict[str, Any] = {
         "agent": "default",
         "message": "fix the failing test",
-        "origin_thread_ref": "slack:T1/C1/1700000000.000100",
-        "objective_key": "slack:T1/C1/1700000000.000100",
+        "origin_thread_ref": THREAD,
+        "objective_key": str(THREAD),
     }
     values.update(overrides)
     return TaskSpec(**values)
+
+
+def make_signal(**overrides: Any) -> Signal:
+    """A Slack thread reply from alice in THREAD, not addressed to the bot.
+
+    The objective key follows the thread unless it is given too.
+    """
+    values: dict[str, Any] = {
+        "provider": "slack",
+        "delivery_id": "Ev1",
+        "kind": "thread_reply",
+        "thread_ref": THREAD,
+        "actor": ALICE,
+        "text": "it only happens in Safari",
+        "addresses_bot": False,
+        "command": None,
+        "links": (),
+        "received_at": SIGNAL_TIME,
+        "dedupe_key": "slack:T1:C1:1700000000.000200",
+        "event_action": "message",
+    }
+    values.update(overrides)
+    values.setdefault("objective_key", str(values["thread_ref"]))
+    return Signal(**values)
 
 
 def text_part(text: str) -> dict[str, Any]:

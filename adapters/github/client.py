@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from github import Auth, Github, GithubException
 
 from adapters.config import GitHubConfig
 from runtime.errors import ConfigError, NotFound, Permanent, Retryable
+from runtime.threads import GitHubIssue
 
 T = TypeVar("T")
 
@@ -34,32 +34,6 @@ _TRANSPORT_ERRORS = (
     ConnectionError,
     TimeoutError,
 )
-_ISSUE_REF = re.compile(r"^github:(?P<repo>[\w.-]+/[\w.-]+)#(?P<number>\d+)(?::(?P<comment>\d+))?$")
-
-
-@dataclass(frozen=True, slots=True)
-class IssueRef:
-    """``github:{owner}/{repo}#{number}``, optionally ``:{comment_id}`` for one comment."""
-
-    repo: str
-    number: int
-    comment_id: int | None = None
-
-    def __str__(self) -> str:
-        suffix = f":{self.comment_id}" if self.comment_id is not None else ""
-        return f"github:{self.repo}#{self.number}{suffix}"
-
-
-def parse_issue_ref(thread_ref: str) -> IssueRef:
-    found = _ISSUE_REF.match(thread_ref)
-    if found is None:
-        raise Permanent(f"not a GitHub issue thread: {thread_ref!r}")
-    comment = found.group("comment")
-    return IssueRef(
-        found.group("repo"), int(found.group("number")), int(comment) if comment else None
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Comment:
     comment_id: int
@@ -175,7 +149,7 @@ class GitHubClient:
             lambda gh: gh.get_repo(repo).get_issue(number).get_comment(comment_id).edit(body)
         )
 
-    async def react(self, ref: IssueRef, content: str) -> None:
+    async def react(self, ref: GitHubIssue, content: str) -> None:
         def react(gh: Github) -> None:
             issue = gh.get_repo(ref.repo).get_issue(ref.number)
             if ref.comment_id is None:

@@ -17,13 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from routing.signal import (
     Actor,
+    CiRun,
     Ignored,
     Signal,
     SignalKind,
     find_links,
-    frozen_detail,
     parse_command,
 )
+from runtime.threads import GitHubCommit, GitHubIssue, ThreadRef
 
 # Both go into thread refs, so they must have exactly the shape GitHub gives them.
 FullName = Annotated[str, StringConstraints(pattern=r"^[\w.-]+/[\w.-]+$")]
@@ -64,55 +65,36 @@ class _Repository(_Payload):
     full_name: FullName
 
 
-class _Installation(_Payload):
-    id: int
-
-
 class _Common(_Payload):
     action: str | None = None
     sender: _User
     repository: _Repository
-    installation: _Installation | None = None
 
 
 class _Issue(_Payload):
     number: Number
     title: str
     body: str | None = None
-    state: str | None = None
-    html_url: str | None = None
     labels: tuple[_Label, ...] = ()
-    pull_request: dict[str, Any] | None = None
     performed_via_github_app: _App | None = None
 
 
 class _Comment(_Payload):
     id: int
     body: str | None = None
-    html_url: str | None = None
-    author_association: str | None = None
     performed_via_github_app: _App | None = None
-
-
-class _ReviewComment(_Comment):
-    path: str | None = None
-    commit_id: str | None = None
 
 
 class _Ref(_Payload):
     ref: str
-    sha: str
 
 
 class _PullRequest(_Payload):
     number: Number
     title: str
     body: str | None = None
-    html_url: str | None = None
-    draft: bool | None = None
     labels: tuple[_Label, ...] = ()
     head: _Ref
-    base: _Ref
 
 
 class _PullRef(_Payload):
@@ -124,35 +106,25 @@ class _CheckSuiteRef(_Payload):
 
 
 class _CheckRun(_Payload):
-    id: int
     name: str
     head_sha: CommitSha
     conclusion: str | None = None
-    html_url: str | None = None
     app: _App | None = None
     check_suite: _CheckSuiteRef | None = None
-    pull_requests: tuple[_PullRef, ...] = ()
 
 
 class _CheckSuite(_Payload):
-    id: int
     head_sha: CommitSha
     head_branch: str | None = None
     conclusion: str | None = None
-    html_url: str | None = None  # absent from check_suite payloads; kept for a uniform detail
     app: _App | None = None
-    pull_requests: tuple[_PullRef, ...] = ()
 
 
 class _WorkflowRun(_Payload):
-    id: int
     name: str | None = None
     head_sha: CommitSha
     head_branch: str | None = None
     conclusion: str | None = None
-    html_url: str | None = None
-    event: str | None = None
-    pull_requests: tuple[_PullRef, ...] = ()
 
 
 class _IssueCommentEvent(_Common):
@@ -166,7 +138,7 @@ class _IssuesEvent(_Common):
 
 class _ReviewCommentEvent(_Common):
     pull_request: _PullRef
-    comment: _ReviewComment
+    comment: _Comment
 
 
 class _PullRequestEvent(_Common):
@@ -195,6 +167,23 @@ class _Delivery:
     identity: GitHubIdentity
     received_at: datetime
     trigger: re.Pattern[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """The provider facts a Signal carries for routing, beyond who said what where."""
+
+    branch: str | None = None
+    labels: tuple[str, ...] = ()
+    ci: CiRun | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _CiFacts:
+    common: _Common
+    ci: CiRun
+    head_sha: str
+    branch: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,16 +239,11 @@ def _issue_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | 
         delivery,
         parsed,
         kind="issue_comment",
-        thread_ref=f"github:{parsed.repository.full_name}#{issue.number}",
+        thread_ref=GitHubIssue(parsed.repository.full_name, issue.number),
         actor=actor,
         said=said,
         dedupe_key=f"github:{comment.id}:{parsed.action}",
-        detail=_issue_detail(issue)
-        | {
-            "comment_id": comment.id,
-            "comment_url": comment.html_url,
-            "author_association": comment.author_association,
-        },
+        facts=_Facts(labels=_names(issue.labels)),
     )
 
 
@@ -273,11 +257,11 @@ def _issue_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | I
         delivery,
         parsed,
         kind="issue_opened",
-        thread_ref=f"github:{parsed.repository.full_name}#{issue.number}",
+        thread_ref=GitHubIssue(parsed.repository.full_name, issue.number),
         actor=_actor(parsed.sender, delivery.identity, issue.performed_via_github_app),
         said=said,
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
-        detail=_issue_detail(issue),
+        facts=_Facts(labels=_names(issue.labels)),
     )
 
 
@@ -290,20 +274,12 @@ def _review_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal |
         delivery,
         parsed,
         kind="review_comment",
-        thread_ref=f"github:{parsed.repository.full_name}#{parsed.pull_request.number}",
+        thread_ref=GitHubIssue(parsed.repository.full_name, parsed.pull_request.number),
         actor=_actor(parsed.sender, delivery.identity, comment.performed_via_github_app),
         said=_said(comment.body or "", delivery.trigger),
         # Review comments and issue comments are numbered separately, so the kind is in the key.
         dedupe_key=f"github:review_comment:{comment.id}:{parsed.action}",
-        detail={
-            "number": parsed.pull_request.number,
-            "is_pull_request": True,
-            "comment_id": comment.id,
-            "comment_url": comment.html_url,
-            "author_association": comment.author_association,
-            "path": comment.path,
-            "commit_id": comment.commit_id,
-        },
+        facts=_Facts(),
     )
 
 
@@ -316,43 +292,33 @@ def _pr_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Igno
         delivery,
         parsed,
         kind="pr_opened",
-        thread_ref=f"github:{parsed.repository.full_name}#{pull.number}",
+        thread_ref=GitHubIssue(parsed.repository.full_name, pull.number),
         actor=_actor(parsed.sender, delivery.identity, None),
         said=_said(_title_and_body(pull.title, pull.body), delivery.trigger),
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
-        detail={
-            "number": pull.number,
-            "is_pull_request": True,
-            "title": pull.title,
-            "labels": tuple(label.name for label in pull.labels),
-            "url": pull.html_url,
-            "draft": pull.draft,
-            "head_branch": pull.head.ref,
-            "head_sha": pull.head.sha,
-            "base_branch": pull.base.ref,
-        },
+        facts=_Facts(branch=pull.head.ref, labels=_names(pull.labels)),
     )
 
 
 def _ci_result(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
-    ci = _ci_detail(payload, delivery.event)
-    if isinstance(ci, Ignored):
-        return ci
-    parsed, detail = ci
-    said = _Said(f"{detail['name']}: {detail['conclusion']} on {detail['head_sha']}", False, "")
+    found = _ci_facts(payload, delivery.event)
+    if isinstance(found, Ignored):
+        return found
+    ci = found.ci
+    said = _Said(f"{ci.name}: {ci.conclusion} on {found.head_sha}", False, "")
     return _signal(
         delivery,
-        parsed,
+        found.common,
         kind="ci_result",
-        thread_ref=f"github:{parsed.repository.full_name}@{detail['head_sha']}",
-        actor=_actor(parsed.sender, delivery.identity, None),
+        thread_ref=GitHubCommit(found.common.repository.full_name, found.head_sha),
+        actor=_actor(found.common.sender, delivery.identity, None),
         said=said,
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
-        detail=detail,
+        facts=_Facts(branch=found.branch, ci=ci),
     )
 
 
-def _ci_detail(payload: Mapping[str, Any], event: str) -> tuple[_Common, dict[str, Any]] | Ignored:
+def _ci_facts(payload: Mapping[str, Any], event: str) -> _CiFacts | Ignored:
     """The common CI facts of a check run, check suite or workflow run, named alike."""
     match event:
         case "check_run":
@@ -361,36 +327,27 @@ def _ci_detail(payload: Mapping[str, Any], event: str) -> tuple[_Common, dict[st
                 return run
             check = run.check_run
             branch = check.check_suite.head_branch if check.check_suite else None
-            return run, _ci_facts(check, name=check.name, branch=branch, app=check.app)
+            ci = CiRun(check.name, check.conclusion, _app_id(check.app))
+            return _CiFacts(run, ci, check.head_sha, branch)
         case "check_suite":
             suite = _parse(_CheckSuiteEvent, payload)
             if isinstance(suite, Ignored):
                 return suite
             found = suite.check_suite
             name = (found.app.name if found.app else None) or "check_suite"
-            return suite, _ci_facts(found, name=name, branch=found.head_branch, app=found.app)
+            ci = CiRun(name, found.conclusion, _app_id(found.app))
+            return _CiFacts(suite, ci, found.head_sha, found.head_branch)
         case _:
             flow = _parse(_WorkflowRunEvent, payload)
             if isinstance(flow, Ignored):
                 return flow
             found_run = flow.workflow_run
-            name = found_run.name or "workflow_run"
-            return flow, _ci_facts(found_run, name=name, branch=found_run.head_branch, app=None)
+            ci = CiRun(found_run.name or "workflow_run", found_run.conclusion)
+            return _CiFacts(flow, ci, found_run.head_sha, found_run.head_branch)
 
 
-def _ci_facts(
-    run: _CheckRun | _CheckSuite | _WorkflowRun, *, name: str, branch: str | None, app: _App | None
-) -> dict[str, Any]:
-    return {
-        "run_id": run.id,
-        "name": name,
-        "conclusion": run.conclusion,
-        "head_sha": run.head_sha,
-        "head_branch": branch,
-        "app_id": app.id if app else None,
-        "url": run.html_url,
-        "pull_requests": tuple(pull.number for pull in run.pull_requests),
-    }
+def _app_id(app: _App | None) -> int | None:
+    return app.id if app else None
 
 
 def _signal(
@@ -398,19 +355,18 @@ def _signal(
     common: _Common,
     *,
     kind: SignalKind,
-    thread_ref: str,
+    thread_ref: ThreadRef,
     actor: Actor,
     said: _Said,
     dedupe_key: str,
-    detail: dict[str, Any],
+    facts: _Facts,
 ) -> Signal:
-    installation = common.installation.id if common.installation else None
     return Signal(
         provider="github",
         delivery_id=delivery.delivery_id,
         kind=kind,
         thread_ref=thread_ref,
-        objective_key=thread_ref,
+        objective_key=str(thread_ref),
         actor=actor,
         text=said.text,
         addresses_bot=said.addressed,
@@ -418,16 +374,11 @@ def _signal(
         links=find_links(said.text),
         received_at=delivery.received_at,
         dedupe_key=dedupe_key,
-        repo=common.repository.full_name,
         event_action=common.action,
-        detail=frozen_detail(
-            **{
-                "event": delivery.event,
-                "installation_id": installation,
-                "sender_login": common.sender.login,
-                **detail,
-            }
-        ),
+        event=delivery.event,
+        branch=facts.branch,
+        labels=facts.labels,
+        ci=facts.ci,
     )
 
 
@@ -468,15 +419,8 @@ def _title_and_body(title: str, body: str | None) -> str:
     return f"{title}\n\n{body}" if body else title
 
 
-def _issue_detail(issue: _Issue) -> dict[str, Any]:
-    return {
-        "number": issue.number,
-        "is_pull_request": issue.pull_request is not None,
-        "title": issue.title,
-        "labels": tuple(label.name for label in issue.labels),
-        "state": issue.state,
-        "url": issue.html_url,
-    }
+def _names(labels: tuple[_Label, ...]) -> tuple[str, ...]:
+    return tuple(label.name for label in labels)
 
 
 def _parse(model: type[_M], payload: Mapping[str, Any]) -> _M | Ignored:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from adapters.github.client import GitHubClient, parse_issue_ref
+from adapters.github.client import GitHubClient
 from runtime.errors import Permanent
-from runtime.surfaces import PostedRef
+from runtime.threads import GitHubIssue, ThreadRef
 
 # GitHub refuses comment bodies over 65,536 characters.
 BODY_LIMIT = 65_536
@@ -56,38 +56,42 @@ class GitHubSurface:
     def __init__(self, client: GitHubClient) -> None:
         self.client = client
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
-        ref = parse_issue_ref(thread_ref)
-        comment = await self.client.create_comment(ref.repo, ref.number, with_marker(text, key))
-        return _posted(ref.repo, ref.number, comment.comment_id)
+    async def post(self, thread: ThreadRef, text: str, *, key: str) -> GitHubIssue:
+        issue = _issue(thread).root
+        body = with_marker(text, key)
+        comment = await self.client.create_comment(issue.repo, issue.number, body)
+        return issue.comment(comment.comment_id)
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        ref = parse_issue_ref(thread_ref)
+    async def find_post(self, thread: ThreadRef, *, key: str) -> GitHubIssue | None:
+        issue = _issue(thread).root
         wanted = marker(key)
-        for comment in await self.client.list_comments(ref.repo, ref.number):
+        for comment in await self.client.list_comments(issue.repo, issue.number):
             if comment.body.rstrip().endswith(wanted):
-                return _posted(ref.repo, ref.number, comment.comment_id)
+                return issue.comment(comment.comment_id)
         return None
 
-    async def update(self, posted: PostedRef, text: str) -> None:
-        ref = parse_issue_ref(f"github:{posted.ref}")
+    async def update(self, posted: ThreadRef, text: str) -> None:
+        ref = _issue(posted)
         if ref.comment_id is None:
-            raise Permanent(f"not a GitHub comment: {posted.ref!r}")
+            raise Permanent(f"not a GitHub comment: {ref}")
         # Keep the marker: find_post must still recognise the post after an edit.
         comments = await self.client.list_comments(ref.repo, ref.number)
         current = next((c for c in comments if c.comment_id == ref.comment_id), None)
         body = _rekeyed(current.body if current else "", text)
         await self.client.edit_comment(ref.repo, ref.number, ref.comment_id, body)
 
-    async def react(self, thread_ref: str, emoji: str) -> None:
+    async def react(self, target: ThreadRef, emoji: str) -> None:
         content = _REACTIONS.get(emoji.strip(":"))
         if content is None:
             raise Permanent(f"GitHub has no reaction for {emoji!r}")
-        await self.client.react(parse_issue_ref(thread_ref), content)
+        await self.client.react(_issue(target), content)
 
 
-def _posted(repo: str, number: int, comment_id: int) -> PostedRef:
-    return PostedRef(surface="github", ref=f"{repo}#{number}:{comment_id}")
+def _issue(ref: ThreadRef) -> GitHubIssue:
+    # A commit (CI results) has no conversation to post in: the fallback takes such replies.
+    if not isinstance(ref, GitHubIssue):
+        raise Permanent(f"not a GitHub issue or pull request thread: {ref}")
+    return ref
 
 
 def _rekeyed(old_body: str, text: str) -> str:

@@ -22,9 +22,9 @@ from routing.signal import (
     Signal,
     SignalKind,
     find_links,
-    frozen_detail,
     parse_command,
 )
+from runtime.threads import SlackThread
 
 # Slack sends "" for absent ids in some payloads; an empty id identifies nothing.
 OptionalId = Annotated[str | None, BeforeValidator(lambda value: value or None)]
@@ -56,7 +56,6 @@ class _Payload(BaseModel):
 class _Envelope(_Payload):
     team_id: OptionalRefId = None
     event_id: RequiredId
-    event_time: int | None = None
     event: dict[str, Any]
 
 
@@ -97,7 +96,6 @@ class _Reaction(_Payload):
     user: RequiredId
     reaction: RefId
     item: _ReactionItem
-    item_user: OptionalId = None
     event_ts: Timestamp
 
 
@@ -108,7 +106,6 @@ _M = TypeVar("_M", bound=_Payload)
 class _Context:
     team: str
     event_id: str
-    event_time: int | None
     identity: SlackIdentity
     received_at: datetime
 
@@ -125,7 +122,7 @@ def signal_from_slack_event(
     if isinstance(outer, Ignored):
         return outer
     team = outer.team_id or identity.team_id
-    ctx = _Context(team, outer.event_id, outer.event_time, identity, received_at)
+    ctx = _Context(team, outer.event_id, identity, received_at)
     match event_type := outer.event.get("type"):
         case "app_mention" | "message":
             return _from_message(outer.event, ctx)
@@ -159,14 +156,13 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
     if isinstance(classified, Ignored):
         return classified
     kind, addressed = classified
-    root_ts = message.thread_ts or message.ts
-    thread_ref = f"slack:{ctx.team}/{message.channel}/{root_ts}"
+    thread = SlackThread(ctx.team, message.channel, message.thread_ts or message.ts)
     return Signal(
         provider="slack",
         delivery_id=ctx.event_id,
         kind=kind,
-        thread_ref=thread_ref,
-        objective_key=thread_ref,
+        thread_ref=thread,
+        objective_key=str(thread),
         actor=actor,
         text=_strip_leading_mention(text, mention),
         addresses_bot=addressed,
@@ -174,17 +170,7 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
         links=find_links(text),
         received_at=ctx.received_at,
         dedupe_key=f"slack:{ctx.team}:{message.channel}:{message.ts}",
-        repo=None,
         event_action=message.type,
-        detail=frozen_detail(
-            team=ctx.team,
-            channel=message.channel,
-            channel_type=message.channel_type,
-            ts=message.ts,
-            thread_ts=root_ts,
-            subtype=message.subtype,
-            event_time=ctx.event_time,
-        ),
     )
 
 
@@ -243,13 +229,13 @@ def _from_reaction(event: dict[str, Any], ctx: _Context) -> Signal | Ignored:
     is_self = reaction.user == ctx.identity.bot_user_id
     # The event names the message reacted to, which may be a reply: the adapter resolves the
     # thread root (conversations.replies) when it needs the owning task.
-    thread_ref = f"slack:{ctx.team}/{item.channel}/{item.ts}"
+    thread = SlackThread(ctx.team, item.channel, item.ts)
     return Signal(
         provider="slack",
         delivery_id=ctx.event_id,
         kind="reaction",
-        thread_ref=thread_ref,
-        objective_key=thread_ref,
+        thread_ref=thread,
+        objective_key=str(thread),
         actor=Actor(id=reaction.user, name=reaction.user, is_bot=is_self, is_self=is_self),
         text=f":{reaction.reaction}:",
         addresses_bot=command is not None,
@@ -261,16 +247,8 @@ def _from_reaction(event: dict[str, Any], ctx: _Context) -> Signal | Ignored:
             f"slack:{ctx.team}:{item.channel}:{item.ts}:reaction:{reaction.reaction}"
             f":{reaction.user}:{reaction.event_ts}"
         ),
-        repo=None,
         event_action="reaction_added",
-        detail=frozen_detail(
-            team=ctx.team,
-            channel=item.channel,
-            item_ts=item.ts,
-            item_user=reaction.item_user,
-            reaction=reaction.reaction,
-            event_time=ctx.event_time,
-        ),
+        reaction=reaction.reaction,
     )
 
 

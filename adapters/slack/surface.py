@@ -9,9 +9,7 @@ translated here, once, into Retryable or Permanent.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -22,35 +20,15 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from adapters.config import SlackConfig
 from adapters.slack.signals import SlackIdentity
 from runtime.errors import ConfigError, Permanent, Retryable
-from runtime.surfaces import PostedRef
+from runtime.threads import SlackThread, ThreadRef
 
 # chat.postMessage truncates text beyond 40,000 characters without saying so; we say so.
 TEXT_LIMIT = 40_000
 _TRUNCATED = "\n… (truncated)"
 _EVENT_TYPE = "keel_post"
-_THREAD_REF = re.compile(
-    r"^slack:(?P<team>[^\s/:]+)/(?P<channel>[^\s/:]+)/(?P<thread_ts>\d+\.\d+)(?::(?P<ts>\d+\.\d+))?$"
-)
 _RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SlackThread:
-    """``slack:{team}/{channel}/{thread_ts}``, optionally ``:{ts}`` naming one message in it."""
-
-    team: str
-    channel: str
-    thread_ts: str
-    message_ts: str | None = None
-
-
-def parse_thread_ref(thread_ref: str) -> SlackThread:
-    found = _THREAD_REF.match(thread_ref)
-    if found is None:
-        raise Permanent(f"not a Slack thread: {thread_ref!r}")
-    return SlackThread(found["team"], found["channel"], found["thread_ts"], found["ts"])
 
 
 def slack_client(config: SlackConfig, *, timeout_s: int = 30) -> AsyncWebClient:
@@ -91,8 +69,8 @@ class SlackSurface:
         # With an identity, only our own bot's messages can be mistaken for our posts.
         self.bot_id = identity.bot_id if identity else None
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
-        thread = parse_thread_ref(thread_ref)
+    async def post(self, thread: ThreadRef, text: str, *, key: str) -> SlackThread:
+        thread = _slack(thread).root
         posted = await call_slack(
             self.client.chat_postMessage(
                 channel=thread.channel,
@@ -101,10 +79,10 @@ class SlackSurface:
                 metadata={"event_type": _EVENT_TYPE, "event_payload": {"key": key}},
             )
         )
-        return _posted(thread.channel, posted["ts"])
+        return thread.message(posted["ts"])
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        thread = parse_thread_ref(thread_ref)
+    async def find_post(self, thread: ThreadRef, *, key: str) -> SlackThread | None:
+        thread = _slack(thread).root
         cursor: str | None = None
         while True:
             page = await call_slack(
@@ -117,23 +95,24 @@ class SlackSurface:
             )
             found = next((m for m in page["messages"] if self._carries(m, key)), None)
             if found is not None:
-                return _posted(thread.channel, found["ts"])
+                return thread.message(found["ts"])
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not page.get("has_more") or not cursor:
                 return None
 
-    async def update(self, posted: PostedRef, text: str) -> None:
-        channel, _, ts = posted.ref.partition(":")
-        if not ts:
-            raise Permanent(f"not a Slack post: {posted.ref!r}")
-        await call_slack(self.client.chat_update(channel=channel, ts=ts, text=truncated(text)))
+    async def update(self, posted: ThreadRef, text: str) -> None:
+        message = _slack(posted)
+        if message.message_ts is None:
+            raise Permanent(f"not a Slack post: {message}")
+        update = self.client.chat_update(
+            channel=message.channel, ts=message.message_ts, text=truncated(text)
+        )
+        await call_slack(update)
 
-    async def react(self, thread_ref: str, emoji: str) -> None:
-        thread = parse_thread_ref(thread_ref)
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        message = _slack(target)
         reaction = self.client.reactions_add(
-            channel=thread.channel,
-            name=emoji.strip(":"),
-            timestamp=thread.message_ts or thread.thread_ts,
+            channel=message.channel, name=emoji.strip(":"), timestamp=message.target_ts
         )
         try:
             await call_slack(reaction)
@@ -151,8 +130,10 @@ class SlackSurface:
         return bool(metadata.get("event_type") == _EVENT_TYPE and payload.get("key") == key)
 
 
-def _posted(channel: str, ts: str) -> PostedRef:
-    return PostedRef(surface="slack", ref=f"{channel}:{ts}")
+def _slack(ref: ThreadRef) -> SlackThread:
+    if not isinstance(ref, SlackThread):
+        raise Permanent(f"not a Slack thread: {ref}")
+    return ref
 
 
 async def call_slack(request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from runtime.scheduler import Scheduler
 from runtime.store import views
@@ -19,6 +19,10 @@ from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 
 Auth = Callable[[Request], Awaitable[None]]
+
+
+# A thread reference leaves as the text it is stored as.
+ThreadText = Annotated[str | None, BeforeValidator(lambda ref: None if ref is None else str(ref))]
 
 
 class _Out(BaseModel):
@@ -33,7 +37,7 @@ class TaskOut(_Out):
     agent: str
     status: TaskStatus
     message: str
-    origin_thread_ref: str | None
+    origin_thread_ref: ThreadText
     objective_key: str | None
     repo: str | None
     follows_task_id: str | None

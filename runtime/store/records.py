@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from runtime.ids import MessageId, TaskId
+from runtime.threads import ThreadRef
 
 
 class TaskStatus(StrEnum):
@@ -36,7 +37,7 @@ class TaskSpec:
 
     agent: str
     message: str
-    origin_thread_ref: str | None = None
+    origin_thread_ref: ThreadRef | None = None
     objective_key: str | None = None
     repo: str | None = None
     parent_id: TaskId | None = None
@@ -57,7 +58,7 @@ class Task:
     agent: str
     status: TaskStatus
     message: str
-    origin_thread_ref: str | None
+    origin_thread_ref: ThreadRef | None
     objective_key: str | None
     repo: str | None
     follows_task_id: TaskId | None

@@ -28,6 +28,7 @@ from runtime.store.models import (
     UtcDateTime,
 )
 from runtime.store.prepared import Prepared
+from runtime.threads import ThreadRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,8 +454,7 @@ def enqueue_post(
     *,
     task_id: str,
     purpose: str,
-    surface: str,
-    thread_ref: str,
+    thread: ThreadRef,
     key: str,
     action: str,
     body: str,
@@ -464,8 +464,8 @@ def enqueue_post(
     values = dict(
         task_id=task_id,
         purpose=purpose,
-        surface=surface,
-        thread_ref=thread_ref,
+        surface=thread.surface,
+        thread_ref=str(thread),
         idempotency_key=key,
         action=action,
         body=body,

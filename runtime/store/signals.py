@@ -21,6 +21,7 @@ from runtime.ids import SignalId, TaskId, new_signal_id
 from runtime.store import tasks as q
 from runtime.store.models import RouteAttemptRow, SignalRow, TaskRow
 from runtime.store.records import TERMINAL, Task
+from runtime.threads import ThreadRef, text_of, thread_of
 
 PENDING = "pending"
 _TERMINAL = [status.value for status in TERMINAL]
@@ -34,7 +35,7 @@ class SignalFacts:
     delivery_id: str
     dedupe_key: str
     kind: str
-    thread_ref: str | None
+    thread_ref: ThreadRef | None
     objective_key: str | None
     actor: Mapping[str, Any]
     text: str
@@ -49,7 +50,7 @@ class SignalRecord:
     delivery_id: str
     dedupe_key: str
     kind: str
-    thread_ref: str | None
+    thread_ref: ThreadRef | None
     objective_key: str | None
     actor: Mapping[str, Any]
     text: str
@@ -231,7 +232,7 @@ def to_record(row: SignalRow) -> SignalRecord:
         delivery_id=row.delivery_id,
         dedupe_key=row.dedupe_key,
         kind=row.kind,
-        thread_ref=row.thread_ref,
+        thread_ref=thread_of(row.thread_ref),
         objective_key=row.objective_key,
         actor=MappingProxyType(dict(row.actor)),
         text=row.text,
@@ -254,7 +255,7 @@ def _insert(
         "delivery_id": facts.delivery_id,
         "dedupe_key": dedupe_key,
         "kind": _fit(facts.kind, 30),
-        "thread_ref": facts.thread_ref,
+        "thread_ref": text_of(facts.thread_ref),
         "objective_key": verdict.objective_key or facts.objective_key,
         "actor": dict(facts.actor),
         "text": facts.text,

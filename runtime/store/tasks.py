@@ -33,6 +33,7 @@ from runtime.store.records import (
     TaskSpec,
     TaskStatus,
 )
+from runtime.threads import text_of, thread_of
 
 FIRST_PHASE = "load_context"
 _TERMINAL_NAMES = [s.value for s in TERMINAL]
@@ -48,7 +49,7 @@ def to_task(row: TaskRow) -> Task:
         agent=row.agent,
         status=TaskStatus(row.status),
         message=row.message,
-        origin_thread_ref=row.origin_thread_ref,
+        origin_thread_ref=thread_of(row.origin_thread_ref),
         objective_key=row.objective_key,
         repo=row.repo,
         follows_task_id=TaskId(row.follows_task_id) if row.follows_task_id else None,
@@ -87,6 +88,7 @@ _TASK_SELECT = select(*(_TASKS.c["id" if f == "task_id" else f] for f in _TASK_F
     _TASKS.c.id == bindparam("b_task_id")
 )
 _STATUS = _TASK_FIELDS.index("status")
+_ORIGIN = _TASK_FIELDS.index("origin_thread_ref")
 _READ_TASK = Prepared(_TASK_SELECT)
 _LOCK_TASK = Prepared(_TASK_SELECT.with_for_update())
 
@@ -103,6 +105,7 @@ def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | N
         return None
     values = list(row)
     values[_STATUS] = TaskStatus(values[_STATUS])
+    values[_ORIGIN] = thread_of(values[_ORIGIN])
     return Task(*values)
 
 
@@ -175,7 +178,7 @@ def insert_task(
         agent=spec.agent,
         status=status.value,
         message=spec.message,
-        origin_thread_ref=spec.origin_thread_ref,
+        origin_thread_ref=text_of(spec.origin_thread_ref),
         objective_key=spec.objective_key,
         repo=spec.repo,
         follows_task_id=spec.follows_task_id,

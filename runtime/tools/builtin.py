@@ -118,7 +118,7 @@ class PostUpdate:
         task = await self.scheduler.get(ctx.task_id)
         if task is None or task.origin_thread_ref is None:
             return Completed("this task has no thread to post to", is_error=True)
-        thread_ref = task.origin_thread_ref
+        thread = task.origin_thread_ref
         now = self.scheduler.clock.now()
         key = f"{ctx.task_id}:update:{ctx.call_id}"
         await self.db.run(
@@ -126,8 +126,7 @@ class PostUpdate:
                 s,
                 task_id=ctx.task_id,
                 purpose="update",
-                surface=thread_ref.split(":", 1)[0],
-                thread_ref=thread_ref,
+                thread=thread,
                 key=key,
                 action="post",
                 body=str(args.get("text", "")),

@@ -22,6 +22,7 @@ from adapters.web.ingress import create_ingress_router, install_ingress
 from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
+from runtime.threads import GitHubIssue
 
 SECRET = "github-webhook-secret"
 BODY_LIMIT = 64 * 1024
@@ -83,7 +84,7 @@ async def test_comment_reaches_sink_when_signature_is_good(ingress: Ingress) -> 
     assert isinstance(outcome, Signal)
     assert (outcome.kind, outcome.thread_ref) == (
         "issue_comment",
-        "github:Codertocat/Hello-World#1",
+        GitHubIssue("Codertocat/Hello-World", 1),
     )
     assert outcome.actor.permission is None  # enrichment is not done on the request path
     assert (provider, delivery_id, raw_kind) == ("github", delivery, "issue_comment.created")

@@ -9,14 +9,18 @@ import pytest
 from runtime.clock import ManualClock
 from runtime.errors import Permanent, Retryable
 from runtime.evidence import EvidenceItem, Strength
-from runtime.outbox import Fallback, OutboxDispatcher
+from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ThreadReporter, completion_text, progress_key
 from runtime.scheduler import Scheduler
 from runtime.store import outbox, runs
 from runtime.store.engine import Database
+from runtime.store.models import OutboxRow
 from runtime.store.records import TaskResult, TaskStatus
-from runtime.surfaces import PostedRef, Surface
+from runtime.surfaces import Surface
+from runtime.threads import GitHubIssue, SlackThread, ThreadRef, parse_thread
 from tests.factories import make_spec
+
+ORIGIN = SlackThread("T1", "C1", "1.0")
 
 
 @dataclass
@@ -24,31 +28,42 @@ class FakeSurface:
     """A surface at our own port that records what it was asked to do."""
 
     name: str = "slack"
-    posts: list[tuple[str, str, str]] = field(default_factory=list)
-    updates: list[tuple[str, str]] = field(default_factory=list)
+    posts: list[tuple[ThreadRef, str, str]] = field(default_factory=list)
+    updates: list[tuple[ThreadRef, str]] = field(default_factory=list)
     fail_with: Exception | None = None
     lose_response_once: bool = False
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
+    async def post(self, thread: ThreadRef, text: str, *, key: str) -> ThreadRef:
         if self.fail_with is not None:
             raise self.fail_with
-        self.posts.append((thread_ref, text, key))
+        self.posts.append((thread, text, key))
         if self.lose_response_once:
             self.lose_response_once = False
             raise Retryable("response lost")
-        return PostedRef(self.name, f"C1:{len(self.posts)}")
+        return message(thread, len(self.posts))
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        for index, (_, _, posted_key) in enumerate(self.posts, start=1):
+    async def find_post(self, thread: ThreadRef, *, key: str) -> ThreadRef | None:
+        for index, (posted_in, _, posted_key) in enumerate(self.posts, start=1):
             if posted_key == key:
-                return PostedRef(self.name, f"C1:{index}")
+                return message(posted_in, index)
         return None
 
-    async def update(self, posted: PostedRef, text: str) -> None:
-        self.updates.append((posted.ref, text))
+    async def update(self, posted: ThreadRef, text: str) -> None:
+        self.updates.append((posted, text))
 
-    async def react(self, thread_ref: str, emoji: str) -> None:
-        self.posts.append((thread_ref, f":{emoji}:", "react"))
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        self.posts.append((target, f":{emoji}:", "react"))
+
+
+def message(thread: ThreadRef, n: int) -> ThreadRef:
+    """The n-th message posted, named as its surface names it."""
+    match thread:
+        case SlackThread():
+            return thread.message(f"1700000001.{n:06d}")
+        case GitHubIssue():
+            return thread.comment(n)
+        case _:
+            raise Permanent(f"nobody can post on {thread}")
 
 
 async def _task(db: Database) -> str:
@@ -61,8 +76,7 @@ def _queue(db: Database, task_id: str, key: str, body: str, clock: ManualClock) 
             s,
             task_id=task_id,
             purpose="completion",
-            surface="slack",
-            thread_ref="slack:T1/C1/1.0",
+            thread=ORIGIN,
             key=key,
             action="post",
             body=body,
@@ -85,7 +99,7 @@ async def test_post_lands_once_when_response_is_lost_and_retried(database: Datab
     await dispatcher.run_once()
     assert [p[1] for p in surface.posts] == ["hello"]  # reconciled by key, not reposted
     [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert row.state == "landed" and row.landed_on == "slack:C1:1"
+    assert row.state == "landed" and row.landed_on == "slack:T1/C1/1.0:1700000001.000001"
 
 
 async def test_progress_edits_are_rate_limited_when_phases_change_quickly(
@@ -123,15 +137,42 @@ async def test_completion_goes_to_fallback_when_origin_fails_permanently(
         database,
         {"slack": origin, "github": fallback},
         clock,
-        fallback=Fallback("github", "github:acme/ops#1"),
+        fallback=GitHubIssue("acme/ops", 1),
     )
     task_id = await _task(database)
     _queue(database, task_id, "k2", "the result", clock)
     await dispatcher.run_once()
     [(thread, text, _)] = fallback.posts
-    assert thread == "github:acme/ops#1" and "channel_not_found" in text and "the result" in text
+    assert thread == GitHubIssue("acme/ops", 1)
+    assert "channel_not_found" in text and "the result" in text
     [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert row.state == "landed" and row.landed_on == "fallback:github:C1:1"
+    assert row.state == "landed" and row.landed_on == "fallback:github:acme/ops#1:1"
+
+
+async def test_unreadable_row_fails_alone_with_the_reason_when_others_are_due(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    surface = FakeSurface()
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock)
+    task_id = await _task(database)
+    database.run_sync(lambda s: s.add(_row(task_id, "slack:C1:1.0", "bad", clock)))
+    _queue(database, task_id, "good", "still sent", clock)
+    await dispatcher.run_once()
+    assert [text for _, text, _ in surface.posts] == ["still sent"]
+    bad, good = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
+    assert bad.state == "failed" and "not a thread reference: 'slack:C1:1.0'" in (
+        bad.last_error or ""
+    )
+    assert good.state == "landed"
+
+
+def _row(task_id: str, thread_ref: str, key: str, clock: ManualClock) -> OutboxRow:
+    return OutboxRow(
+        task_id=task_id, purpose="completion", surface="slack", thread_ref=thread_ref,
+        idempotency_key=key, action="post", body="never sent", state="pending", attempts=0,
+        next_attempt_at=clock.now(), created_at=clock.now(),
+    )
 
 
 def test_completion_text_claims_only_what_the_ledger_holds() -> None:
@@ -168,14 +209,18 @@ async def test_daemon_no_op_stays_silent(database: Database) -> None:
 @pytest.mark.parametrize(
     ("origin_name", "origin_ref", "fallback_name", "fallback_ref"),
     [
-        ("slack", "slack:T1/C1/1.0", "github", "github:acme/ops#1"),
-        ("github", "github:acme/shop#7", "slack", "slack:T1/COPS/1700000000.000100"),
-        ("slack", "slack:T1/C1/1.0", "slack", "slack:T1/COPS/1700000000.000100"),
+        ("slack", ORIGIN, "github", GitHubIssue("acme/ops", 1)),
+        ("github", GitHubIssue("acme/shop", 7), "slack", SlackThread("T1", "COPS", "1700.1")),
+        ("slack", ORIGIN, "slack", SlackThread("T1", "COPS", "1700.1")),
     ],
     ids=["slack-to-github", "github-to-slack", "slack-to-slack"],
 )
 async def test_post_and_its_later_edits_go_to_the_fallback_surface(
-    database: Database, origin_name: str, origin_ref: str, fallback_name: str, fallback_ref: str
+    database: Database,
+    origin_name: str,
+    origin_ref: ThreadRef,
+    fallback_name: str,
+    fallback_ref: ThreadRef,
 ) -> None:
     clock = ManualClock()
     fallback = FakeSurface(name=fallback_name)
@@ -187,7 +232,7 @@ async def test_post_and_its_later_edits_go_to_the_fallback_surface(
         **({} if origin_name == fallback_name else {fallback_name: fallback}),
     }
     dispatcher = OutboxDispatcher(
-        database, surfaces, clock, fallback=Fallback(fallback_name, fallback_ref)
+        database, surfaces, clock, fallback=fallback_ref
     )
     task_id = await _task(database)
     database.run_sync(
@@ -195,8 +240,7 @@ async def test_post_and_its_later_edits_go_to_the_fallback_surface(
             s,
             task_id=task_id,
             purpose="progress",
-            surface=origin_name,
-            thread_ref=origin_ref,
+            thread=origin_ref,
             key="progress-1",
             action="post",
             body="working: step 1",
@@ -211,11 +255,13 @@ async def test_post_and_its_later_edits_go_to_the_fallback_surface(
     clock.advance(5)
     await dispatcher.run_once()
     [(edited_ref, edited)] = fallback.updates  # edited where it landed, not on the origin
-    assert edited_ref == "C1:1"
+    assert edited_ref == message(fallback_ref, 1)
     assert edited.startswith(f"(Could not post in {origin_ref})") and edited.endswith("step 2")
     assert len(fallback.posts) == 1  # no second message
     [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert row.state == "landed" and row.landed_on == f"fallback:{fallback_name}:C1:1"
+    assert row.state == "landed" and row.landed_on == f"fallback:{message(fallback_ref, 1)}"
+    assert row.landed_on.startswith(f"fallback:{fallback_name}:")
+    assert parse_thread(row.landed_on.removeprefix("fallback:")) == edited_ref
 
 
 @dataclass
@@ -223,20 +269,20 @@ class _RefusingThread:
     """One surface whose origin thread is gone but whose other threads accept posts."""
 
     inner: FakeSurface
-    refused: str
+    refused: ThreadRef
 
-    async def post(self, thread_ref: str, text: str, *, key: str) -> PostedRef:
-        if thread_ref == self.refused:
+    async def post(self, thread: ThreadRef, text: str, *, key: str) -> ThreadRef:
+        if thread == self.refused:
             raise Permanent("channel_not_found")
-        return await self.inner.post(thread_ref, text, key=key)
+        return await self.inner.post(thread, text, key=key)
 
-    async def find_post(self, thread_ref: str, *, key: str) -> PostedRef | None:
-        if thread_ref == self.refused:
+    async def find_post(self, thread: ThreadRef, *, key: str) -> ThreadRef | None:
+        if thread == self.refused:
             return None
-        return await self.inner.find_post(thread_ref, key=key)
+        return await self.inner.find_post(thread, key=key)
 
-    async def update(self, posted: PostedRef, text: str) -> None:
+    async def update(self, posted: ThreadRef, text: str) -> None:
         await self.inner.update(posted, text)
 
-    async def react(self, thread_ref: str, emoji: str) -> None:
-        await self.inner.react(thread_ref, emoji)
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        await self.inner.react(target, emoji)

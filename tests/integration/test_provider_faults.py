@@ -41,6 +41,7 @@ from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost, enqueue_post, posts_of_task
 from runtime.surfaces import Surface
+from runtime.threads import GitHubIssue, SlackThread, ThreadRef
 from tests.databases import admin_url
 from tests.integration.keel_live import CHANNEL, SHOP, Live, drive, live_keel
 
@@ -158,17 +159,16 @@ async def _deliver_all(database: Database, surfaces: dict[str, Surface]) -> None
         await running
 
 
-def _queue(targets: list[tuple[str, str]]) -> Any:
+def _queue(targets: list[ThreadRef]) -> Any:
     now = SystemClock().now()
 
     def queue(session: Session) -> None:
-        for n, (surface, ref) in enumerate(targets):
+        for n, thread in enumerate(targets):
             enqueue_post(
                 session,
                 task_id="t1",
                 purpose=f"note{n}",
-                surface=surface,
-                thread_ref=ref,
+                thread=thread,
                 key=f"t1:note{n}",
                 action="post",
                 body=f"note {n}",
@@ -191,8 +191,8 @@ async def test_one_post_per_key_when_provider_loses_the_response(
         await database.run(
             _queue(
                 [
-                    ("github", f"github:{SHOP}#1"),
-                    ("slack", f"slack:{slack.team_id}/{CHANNEL}/{root}"),
+                    GitHubIssue(SHOP, 1),
+                    SlackThread(slack.team_id, CHANNEL, root),
                 ]
             )
         )

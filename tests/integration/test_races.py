@@ -23,11 +23,13 @@ from sqlalchemy import select
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
-from routing.signal import Actor, Signal, frozen_detail
+from routing.signal import Signal
 from runtime.clock import SystemClock
 from runtime.store import runs
 from runtime.store.models import ExecutionRow, MailboxMessageRow, TaskRow, ToolCallRow
 from runtime.store.records import TaskSpec, TaskStatus
+from runtime.threads import SlackThread
+from tests.factories import make_signal
 from tests.harness import Stack, build_stack
 
 T = TypeVar("T")
@@ -35,7 +37,6 @@ SOAKING = bool(os.environ.get("KEEL_SOAK"))
 FOLLOW_UP_TRIALS = 500 if SOAKING else 40
 STOP_TRIALS = 500 if SOAKING else 30
 WAVE = 40  # trials in flight at once: more only queue behind the worker and the pollers
-ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
 POLICY = RoutingPolicy.from_config(
     RoutingConfig(channel_repos={"C1": "acme/api"}), DaemonsConfig(), slack_allowed_users=("U1",)
 )
@@ -65,25 +66,19 @@ SCRIPT: dict[str, Any] = {
 }
 
 
-def _signal(thread: str, n: int, **overrides: Any) -> Signal:
+def _signal(thread: SlackThread, n: int, **overrides: Any) -> Signal:
     values: dict[str, Any] = {
-        "provider": "slack",
         "delivery_id": f"Ev-{thread}-{n}",
-        "kind": "thread_reply",
         "thread_ref": thread,
-        "objective_key": thread,
-        "actor": ALICE,
         "text": f"follow-up {n} for {thread}",
-        "addresses_bot": False,
-        "command": None,
-        "links": (),
         "received_at": datetime.now(UTC),
         "dedupe_key": f"{thread}:{n}",
-        "repo": None,
-        "event_action": "message",
-        "detail": frozen_detail(team="T1", channel="C1"),
     }
-    return Signal(**{**values, **overrides})
+    return make_signal(**{**values, **overrides})
+
+
+def _race_thread(n: int) -> SlackThread:
+    return SlackThread("T1", "C1", f"1700000000.{n:06d}")
 
 
 async def _gated(gate: asyncio.Semaphore, trial: Awaitable[T]) -> T:
@@ -114,12 +109,12 @@ def _bench(db_url: str, folder: Path) -> Iterator[Bench]:
         stack.db.close()
 
 
-async def _schedule(bench: Bench, thread: str, message: str) -> str:
+async def _schedule(bench: Bench, thread: SlackThread, message: str) -> str:
     spec = TaskSpec(
         agent="default",
         message=message,
         origin_thread_ref=thread,
-        objective_key=thread,
+        objective_key=str(thread),
         requested_by="U1",
     )
     return (await bench.stack.scheduler.schedule(spec)).task.task_id
@@ -139,7 +134,7 @@ async def _until_quiet(bench: Bench, timeout: float = 90 + FOLLOW_UP_TRIALS) -> 
 
 
 async def _follow_up_trial(bench: Bench, rng: random.Random, n: int) -> tuple[str, str]:
-    thread = f"slack:T1/C1/race{n}"
+    thread = _race_thread(n)
     task_id = await _schedule(bench, thread, f"race {n}: fix it")
     # From the last turn on, the run is moments from completion: aim the follow-up there.
     while (run := await bench.stack.db.read(lambda s: runs.load_run(s, task_id))) is None or (
@@ -153,7 +148,7 @@ async def _follow_up_trial(bench: Bench, rng: random.Random, n: int) -> tuple[st
     return task_id, result.decision
 
 
-def _fate(session: Any, task_id: str, thread: str, n: int) -> list[str]:
+def _fate(session: Any, task_id: str, thread: SlackThread, n: int) -> list[str]:
     """Where follow-up ``n`` ended up: 'transcript', 'linked', and any sign of loss."""
     text = f"follow-up {n} for {thread}"
     fates = []
@@ -193,7 +188,7 @@ async def test_follow_up_is_seen_or_starts_one_linked_task_when_it_races_complet
             await running
         fates = await bench.stack.db.read(
             lambda s: [
-                (decision, _fate(s, task_id, f"slack:T1/C1/race{n}", n))
+                (decision, _fate(s, task_id, _race_thread(n), n))
                 for n, (task_id, decision) in enumerate(trials)
             ]
         )
@@ -205,7 +200,7 @@ async def test_follow_up_is_seen_or_starts_one_linked_task_when_it_races_complet
 
 
 async def _stop_trial(bench: Bench, rng: random.Random, n: int) -> str:
-    thread = f"slack:T1/C1/stop{n}"
+    thread = SlackThread("T1", "C1", f"1700000001.{n:06d}")
     task_id = await _schedule(bench, thread, f"stoppable {n}")
     await asyncio.sleep(rng.uniform(0.05, 1.0))
     stop = _signal(thread, n, kind="mention", addresses_bot=True, command="stop", text="stop")

@@ -18,7 +18,7 @@ from sqlalchemy import event, func, select
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
-from routing.signal import Actor, Ignored, Signal, frozen_detail
+from routing.signal import Actor, Ignored, Signal
 from runtime.clock import ManualClock
 from runtime.errors import Retryable
 from runtime.reporting import ReportingPolicy
@@ -28,11 +28,12 @@ from runtime.store.engine import Database, Transaction
 from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
 from runtime.store.records import Task, TaskResult, TaskSpec, TaskStatus
+from tests import factories
 from tests.factories import make_spec
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-THREAD = "slack:T1/C1/1700000000.000100"
-ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
+THREAD_REF = factories.THREAD
+THREAD = str(THREAD_REF)  # as the objective key and the outbox store it
 POLICY = RoutingPolicy.from_config(
     RoutingConfig(channel_repos={"C1": "acme/api"}),
     DaemonsConfig(),
@@ -42,25 +43,7 @@ POLICY = RoutingPolicy.from_config(
 
 def make_signal(**overrides: Any) -> Signal:
     """A follow-up from alice in THREAD: a thread reply without a mention."""
-    values: dict[str, Any] = {
-        "provider": "slack",
-        "delivery_id": "Ev-follow-up",
-        "kind": "thread_reply",
-        "thread_ref": THREAD,
-        "objective_key": THREAD,
-        "actor": ALICE,
-        "text": "it only happens in Safari",
-        "addresses_bot": False,
-        "command": None,
-        "links": (),
-        "received_at": NOW,
-        "dedupe_key": "slack:T1:C1:1700000000.000200",
-        "repo": None,
-        "event_action": "message",
-        "detail": frozen_detail(team="T1", channel="C1"),
-    }
-    values.update(overrides)
-    return Signal(**values)
+    return factories.make_signal(**{"delivery_id": "Ev-follow-up", **overrides})
 
 
 def mention(**overrides: Any) -> Signal:
@@ -85,7 +68,7 @@ async def ingest(router: Router, signal: Signal) -> IngestResult:
 
 
 async def start_task(scheduler: Scheduler, **overrides: Any) -> Task:
-    spec = make_spec(origin_thread_ref=THREAD, objective_key=THREAD, requested_by="U1")
+    spec = make_spec(origin_thread_ref=THREAD_REF, objective_key=THREAD, requested_by="U1")
     fields = {**{f: getattr(spec, f) for f in spec.__slots__}, **overrides}
     return (await scheduler.schedule(TaskSpec(**fields))).task
 
@@ -320,7 +303,8 @@ async def test_mention_starts_task_with_spec_from_policy_when_thread_is_quiet(
     task = await router.scheduler.get(result.task_id)
     assert task is not None
     assert (task.agent, task.message, task.repo) == ("default", "fix the login bug", "acme/api")
-    assert (task.origin_thread_ref, task.objective_key, task.requested_by) == (THREAD, THREAD, "U1")
+    assert (task.origin_thread_ref, task.objective_key) == (THREAD_REF, THREAD)
+    assert task.requested_by == "U1"
     assert task.status is TaskStatus.queued
 
 

@@ -27,6 +27,7 @@ from adapters.web.ingress import create_ingress_router, install_ingress
 from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
+from runtime.threads import SlackThread
 
 SECRET = "slack-signing-secret"
 IDENTITY = SlackIdentity(team_id="T111", bot_user_id="W111", bot_id="B111", app_id="A111")
@@ -85,7 +86,10 @@ async def test_mention_reaches_sink_when_signature_is_good(ingress: Ingress) -> 
     assert response.status_code == 200
     [(outcome, provider, delivery_id, raw_kind)] = ingress.sink.accepted
     assert isinstance(outcome, Signal)
-    assert (outcome.kind, outcome.thread_ref) == ("mention", "slack:T111/C111/1595926230.009600")
+    assert (outcome.kind, outcome.thread_ref) == (
+        "mention",
+        SlackThread("T111", "C111", "1595926230.009600"),
+    )
     assert (provider, delivery_id, raw_kind) == ("slack", "Ev111", "app_mention")
     assert ingress.slack_api.requests == []  # no auth.test or any other call on the way in
 

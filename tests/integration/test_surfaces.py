@@ -18,7 +18,7 @@ from adapters.github.client import GitHubClient
 from adapters.github.surface import BODY_LIMIT, GitHubSurface, marker
 from adapters.slack.surface import TEXT_LIMIT, SlackSurface, fetch_slack_identity, slack_client
 from runtime.errors import NotFound, Permanent, Retryable
-from runtime.surfaces import PostedRef
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread
 
 SLACK_TOKEN = "xoxb-keel-emulated"
 CHANNEL = "C0KEELGEN1"
@@ -34,7 +34,7 @@ REPO = "acme/widgets"
 class Slack:
     state: SlackState
     surface: SlackSurface
-    thread_ref: str
+    thread_ref: SlackThread
     root_ts: str
 
 
@@ -47,7 +47,7 @@ async def slack() -> AsyncIterator[Slack]:
         config = SlackConfig(bot_token=SLACK_TOKEN, api_url=f"{server.url}/api/")
         client = slack_client(config, timeout_s=5)
         identity = await fetch_slack_identity(client)
-        thread_ref = f"slack:{state.team_id}/{CHANNEL}/{root_ts}"
+        thread_ref = SlackThread(state.team_id, CHANNEL, root_ts)
         yield Slack(state, SlackSurface(client, identity), thread_ref, root_ts)
 
 
@@ -64,7 +64,7 @@ async def test_post_lands_in_thread_and_is_found_by_key_when_posted(slack: Slack
     posted = await slack.surface.post(slack.thread_ref, "On it.", key="task-1:ack")
 
     [message] = slack.state.bot_posts(CHANNEL)
-    assert posted == PostedRef("slack", f"{CHANNEL}:{message.ts}")
+    assert posted == slack.thread_ref.message(message.ts)
     assert (message.thread_ts, message.text) == (slack.root_ts, "On it.")
     assert await slack.surface.find_post(slack.thread_ref, key="task-1:ack") == posted
     assert await slack.surface.find_post(slack.thread_ref, key="task-1:done") is None
@@ -78,7 +78,7 @@ async def test_one_post_found_when_response_was_dropped(slack: Slack) -> None:
     found = await slack.surface.find_post(slack.thread_ref, key="task-1:done")
 
     [message] = slack.state.bot_posts(CHANNEL)
-    assert found == PostedRef("slack", f"{CHANNEL}:{message.ts}")
+    assert found == slack.thread_ref.message(message.ts)
 
 
 async def test_rate_limit_surfaces_retry_after_then_posts_once_when_retried(slack: Slack) -> None:
@@ -113,6 +113,26 @@ async def test_reaction_added_once_when_already_reacted(slack: Slack) -> None:
     assert root is not None and root.reactions == {"eyes": [slack.state.bot_user_id]}
 
 
+async def test_reaction_lands_on_the_named_message_when_the_ref_names_one(slack: Slack) -> None:
+    posted = await slack.surface.post(slack.thread_ref, "On it.", key="task-1:ack")
+
+    await slack.surface.react(posted, "rocket")
+
+    assert posted.message_ts is not None
+    reply = slack.state.find(CHANNEL, posted.message_ts)
+    root = slack.state.find(CHANNEL, slack.root_ts)
+    assert reply is not None and reply.reactions == {"rocket": [slack.state.bot_user_id]}
+    assert root is not None and root.reactions == {}
+
+
+async def test_permanent_without_a_call_when_the_ref_is_not_a_slack_thread(slack: Slack) -> None:
+    with pytest.raises(Permanent, match="not a Slack thread: github:acme/widgets#1"):
+        await slack.surface.post(GitHubIssue(REPO, 1), "hi", key="k")
+    with pytest.raises(Permanent, match="not a Slack post"):
+        await slack.surface.update(slack.thread_ref, "no message named")
+    assert slack.state.requests_to("POST", "/api/chat.postMessage") == []
+
+
 async def test_long_text_truncated_with_notice_when_over_slack_limit(slack: Slack) -> None:
     await slack.surface.post(slack.thread_ref, "z" * (TEXT_LIMIT + 10), key="task-1:long")
 
@@ -124,7 +144,7 @@ async def test_long_text_truncated_with_notice_when_over_slack_limit(slack: Slac
 async def test_permanent_when_channel_is_unknown(slack: Slack) -> None:
     with pytest.raises(Permanent, match="channel_not_found"):
         await slack.surface.post(
-            f"slack:{slack.state.team_id}/C0NOWHERE1/{slack.root_ts}", "hi", key="k"
+            SlackThread(slack.state.team_id, "C0NOWHERE1", slack.root_ts), "hi", key="k"
         )
 
 
@@ -143,7 +163,7 @@ class GitHub:
     state: GitHubState
     url: str
     surface: GitHubSurface
-    thread_ref: str
+    thread_ref: GitHubIssue
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +190,7 @@ def github(app_key: tuple[str, str]) -> Iterator[GitHub]:
     number = state.add_issue(REPO, "Build is red", "Please fix CI", user="alice")
     with serve(create_github_app(state)) as server:
         client = GitHubClient.with_token(server.url, GITHUB_TOKEN, timeout_s=5)
-        yield GitHub(state, server.url, GitHubSurface(client), f"github:{REPO}#{number}")
+        yield GitHub(state, server.url, GitHubSurface(client), GitHubIssue(REPO, number))
 
 
 def _bodies(github: GitHub) -> list[str]:
@@ -181,7 +201,8 @@ async def test_comment_carries_marker_and_is_found_by_key_when_posted(github: Gi
     posted = await github.surface.post(github.thread_ref, "On it.", key="task-1:ack")
 
     [comment_id] = github.state.repos[REPO].comments
-    assert posted == PostedRef("github", f"{REPO}#1:{comment_id}")
+    assert posted == GitHubIssue(REPO, 1, comment_id)
+    assert str(posted) == f"github:{REPO}#1:{comment_id}"
     assert _bodies(github) == [f"On it.\n\n{marker('task-1:ack')}"]
     assert await github.surface.find_post(github.thread_ref, key="task-1:ack") == posted
     assert await github.surface.find_post(github.thread_ref, key="task-1") is None
@@ -195,7 +216,7 @@ async def test_one_comment_found_when_response_was_dropped(github: GitHub) -> No
     found = await github.surface.find_post(github.thread_ref, key="task-1:done")
 
     [comment_id] = github.state.repos[REPO].comments
-    assert found == PostedRef("github", f"{REPO}#1:{comment_id}")
+    assert found == GitHubIssue(REPO, 1, comment_id)
     assert github.state.comments_created(REPO) == 1
 
 
@@ -212,8 +233,8 @@ async def test_reactions_land_on_issue_and_comment_when_reacted(github: GitHub) 
     comment_id = github.state.add_comment(REPO, 1, "@keel help", user="alice")
 
     await github.surface.react(github.thread_ref, ":eyes:")
-    await github.surface.react(f"{github.thread_ref}:{comment_id}", "rocket")
-    await github.surface.react(f"{github.thread_ref}:{comment_id}", "rocket")
+    await github.surface.react(github.thread_ref.comment(comment_id), "rocket")
+    await github.surface.react(github.thread_ref.comment(comment_id), "rocket")
 
     reactions = github.state.repos[REPO].reactions
     assert sorted((r.subject, r.content) for r in reactions) == [
@@ -280,4 +301,12 @@ async def test_github_retryable_when_server_errors(github: GitHub) -> None:
 
 async def test_github_not_found_when_issue_is_missing(github: GitHub) -> None:
     with pytest.raises(NotFound):
-        await github.surface.post(f"github:{REPO}#99", "hi", key="k")
+        await github.surface.post(GitHubIssue(REPO, 99), "hi", key="k")
+
+
+async def test_permanent_without_a_call_when_the_ref_is_a_commit(github: GitHub) -> None:
+    with pytest.raises(Permanent, match="not a GitHub issue or pull request thread"):
+        await github.surface.post(GitHubCommit(REPO, "a" * 40), "hi", key="k")
+    with pytest.raises(Permanent, match="not a GitHub comment"):
+        await github.surface.update(github.thread_ref, "no comment named")
+    assert github.state.comments_created(REPO) == 0

@@ -89,7 +89,8 @@ async def test_task_page_shows_tool_rows_mailbox_and_evidence_when_task_ran(
         evidence = page.locator(".evidence-item")
         assert await evidence.count() == 1
         assert "tool said" in await evidence.inner_text()
-        assert "landed on C1/1700000000.000200" in await page.locator(".outbox-post").inner_text()
+        landed = "landed on slack:T1/C1/1700000000.000100:1700000000.000200"
+        assert landed in await page.locator(".outbox-post").inner_text()
         assert await page.locator("body[data-refresh]").count() == 0  # finished: no refresh
         await page.screenshot(path=str(SCREENSHOT), full_page=True)
 

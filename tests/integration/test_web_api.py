@@ -24,8 +24,10 @@ from adapters.web.ui import build_ui
 from runtime.scheduler import Appended
 from runtime.store import outbox, runs, signals, views
 from runtime.store.records import TaskResult, TaskStatus
-from tests.factories import make_spec, text_part
+from tests.factories import THREAD, make_spec, text_part
 from tests.harness import Stack, build_stack
+
+LANDED = str(THREAD.message("1700000000.000200"))  # the reply, in the thread
 
 LOOPBACK = ServerConfig()
 EXPOSED = ServerConfig.model_validate({"host": "0.0.0.0", "admin_token": "s3cret-admin"})
@@ -90,7 +92,7 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
     """What ingress and the reporter write for a task: its signal and its landed reply."""
     now = datetime.now(UTC)
     facts = signals.SignalFacts(
-        "slack", "Ev-web-1", "slack:msg:1", "mention", "slack:T1/C1/1", None, {}, "make it", now
+        "slack", "Ev-web-1", "slack:msg:1", "mention", THREAD, None, {}, "make it", now
     )
     signals.admit(session, facts, [], lambda _: signals.Verdict("new_task", task_id=task_id))
     key = f"reply:{task_id}"
@@ -98,8 +100,7 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
         session,
         task_id=task_id,
         purpose="completion",
-        surface="slack",
-        thread_ref="slack:T1/C1/1",
+        thread=THREAD,
         key=key,
         action="post",
         body="done",
@@ -107,7 +108,7 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
     )
     [post] = [p for p in outbox.posts_of_task(session, task_id) if p.key == key]
     outbox.mark(
-        session, post.outbox_id, state="landed", landed_on="C1/1700000000.000200", landed_at=now
+        session, post.outbox_id, state="landed", landed_on=LANDED, landed_at=now
     )
 
 
@@ -181,7 +182,7 @@ async def test_detail_shows_calls_mailbox_evidence_and_reply_when_task_ran(
     [evidence] = body.evidence
     assert (evidence.kind, evidence.strength) == ("comment", "tool_reported")
     [reply] = body.outbox
-    assert (reply.state, reply.landed_on) == ("landed", "C1/1700000000.000200")
+    assert (reply.state, reply.landed_on) == ("landed", LANDED)
     assert [s.delivery_id for s in body.signals] == ["Ev-web-1"]
     assert [n.task_id for n in body.tree] == [real_task.task_id]
     assert body.timeline[-1].status is TaskStatus.succeeded

@@ -16,36 +16,29 @@ from typing import Any
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.intake import Router
 from routing.policy import RoutingPolicy
-from routing.signal import Actor, Signal, frozen_detail
+from routing.signal import Signal
 from runtime.errors import Retryable
 from runtime.reporting import ReportingPolicy
 from runtime.scheduler import AppendOutcome, Scheduler
 from runtime.store.engine import Database, Transaction
+from tests.factories import THREAD as THREAD_REF
+from tests.factories import make_signal
 
-THREAD = "slack:T1/C1/1700000000.000100"
-ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
+THREAD = str(THREAD_REF)  # the objective key
 POLICY = RoutingPolicy.from_config(
     RoutingConfig(channel_repos={"C1": "acme/api"}), DaemonsConfig(), slack_allowed_users=("U1",)
 )
 
 
 def _signal(delivery_id: str, ts: str, text: str, *, mention: bool) -> Signal:
-    return Signal(
-        provider="slack",
+    return make_signal(
         delivery_id=delivery_id,
         kind="mention" if mention else "thread_reply",
-        thread_ref=THREAD,
-        objective_key=THREAD,
-        actor=ALICE,
         text=text,
         addresses_bot=mention,
-        command=None,
-        links=(),
         received_at=datetime(2026, 12, 4, 12, 0, tzinfo=UTC),
         dedupe_key=f"slack:T1:C1:{ts}",
-        repo=None,
         event_action="app_mention" if mention else "message",
-        detail=frozen_detail(team="T1", channel="C1"),
     )
 
 

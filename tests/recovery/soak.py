@@ -43,6 +43,7 @@ from runtime.store.models import (
     TaskStatusChangeRow,
 )
 from runtime.store.records import TaskStatus
+from runtime.threads import SlackThread
 from runtime.tools.base import Completed, Pending, Started, Tool, ToolContext, Unknown
 from tests.factories import make_spec, text_part
 from tests.harness import ChildAware, build_stack
@@ -251,8 +252,8 @@ async def run_round(
     scheduler = Scheduler(db)
     task_ids: dict[str, TaskPlan] = {}
     for plan in plans:
-        ref = f"slack:T1/C1/{plan.name}"
-        spec = make_spec(message=plan.message, origin_thread_ref=ref, objective_key=ref)
+        ref = SlackThread("T1", plan.name, "1700000000.000100")  # a channel per task
+        spec = make_spec(message=plan.message, origin_thread_ref=ref, objective_key=str(ref))
         task_ids[(await scheduler.schedule(spec)).task.task_id] = plan
     mail_at = {t: time.monotonic() + rng.uniform(0, 2.5) for t, p in task_ids.items() if p.mailbox}
     workers = [spawn_worker(db_url, folder, script_path) for _ in range(2)]

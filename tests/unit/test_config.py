@@ -12,6 +12,7 @@ import yaml
 
 from adapters.config import AppConfig, build_config, describe, load_config
 from runtime.errors import ConfigError
+from runtime.threads import GitHubIssue, SlackThread
 
 APP_YAML = Path(__file__).resolve().parents[2] / "app.yaml"
 
@@ -454,6 +455,10 @@ def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> Non
         ("slack", "github:acme/ops#1", "slack:<team id>/<channel id>/<thread ts>"),
         ("github", "acme/ops#1", "github:<owner>/<repo>#<issue number>"),
         ("github", "slack:T1/C1/1700000000.000100", "github:<owner>/<repo>#<issue number>"),
+        # One message or comment, or a commit, is not a thread a reply can start in.
+        ("slack", "slack:T1/C1/1700000000.000100:1700000000.000200", "slack:<team id>/"),
+        ("github", "github:acme/ops#1:99", "github:<owner>/<repo>#<issue number>"),
+        ("github", "github:acme/ops@" + "a" * 40, "github:<owner>/<repo>#<issue number>"),
     ],
 )
 def test_fallback_thread_ref_must_be_a_thread_of_its_surface(
@@ -479,9 +484,6 @@ def test_fallback_example_in_app_yaml_is_accepted() -> None:
 
 
 def test_fallback_forms_accepted_at_load_are_ones_the_surfaces_can_post_to() -> None:
-    from adapters.github.client import parse_issue_ref
-    from adapters.slack.surface import parse_thread_ref
-
     slack = build_config(
         {"reporting": {"fallback": {"surface": "slack", "thread_ref": "slack:T1/C2/1700.0001"}}}
     )
@@ -489,5 +491,5 @@ def test_fallback_forms_accepted_at_load_are_ones_the_surfaces_can_post_to() -> 
         {"reporting": {"fallback": {"surface": "github", "thread_ref": "github:a/b.c#12"}}}
     )
     assert slack.reporting.fallback and github.reporting.fallback
-    assert parse_thread_ref(slack.reporting.fallback.thread_ref).channel == "C2"
-    assert parse_issue_ref(github.reporting.fallback.thread_ref).number == 12
+    assert slack.reporting.fallback.thread == SlackThread("T1", "C2", "1700.0001")
+    assert github.reporting.fallback.thread == GitHubIssue("a/b.c", 12)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from routing.permissions import CachedPermissions, needs_permission, with_permission
 from routing.signal import Actor
+from runtime.threads import GitHubIssue
 from tests.unit.test_router_table import github_comment, make_signal
 
 
@@ -31,8 +34,8 @@ async def test_answers_are_reused_until_the_ttl_passes() -> None:
 
 def test_only_a_github_person_without_a_known_permission_needs_a_lookup() -> None:
     octo = Actor(id="101", name="octo", is_bot=False, is_self=False)
-    asker = github_comment(actor=octo, repo="acme/shop")
-    assert needs_permission(asker)
+    asker = github_comment(actor=octo, thread_ref=GitHubIssue("acme/shop", 7))
+    assert needs_permission(asker) and asker.repo == "acme/shop"
     assert not needs_permission(with_permission(asker, "write"))
-    assert not needs_permission(github_comment(actor=octo, repo=None))
+    assert not needs_permission(github_comment(actor=replace(octo, is_self=True)))
     assert not needs_permission(make_signal())  # Slack has no repository permissions

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -22,41 +21,19 @@ from routing.router import (
     TaskView,
     decide,
 )
-from routing.signal import Actor, Signal, frozen_detail
+from routing.signal import Actor, CiRun, Signal
 from runtime.ids import TaskId
 from runtime.store.records import TaskStatus
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef
+from tests.factories import THREAD, make_signal
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-THREAD = "slack:T1/C1/1700000000.000100"
-ISSUE = "github:acme/api#7"
-CI_THREAD = "github:acme/api@" + "a" * 40
+ISSUE = GitHubIssue("acme/api", 7)
+CI_THREAD = GitHubCommit("acme/api", "a" * 40)
 
-ALICE = Actor(id="U1", name="alice", is_bot=False, is_self=False)
 MALLORY = Actor(id="U666", name="mallory", is_bot=False, is_self=False)
 US_SLACK = Actor(id="W111", name="keel", is_bot=True, is_self=True)
-
-
-def make_signal(**overrides: Any) -> Signal:
-    """A Slack thread reply from alice in THREAD, not addressed to the bot."""
-    values: dict[str, Any] = {
-        "provider": "slack",
-        "delivery_id": "Ev1",
-        "kind": "thread_reply",
-        "thread_ref": THREAD,
-        "objective_key": THREAD,
-        "actor": ALICE,
-        "text": "it only happens in Safari",
-        "addresses_bot": False,
-        "command": None,
-        "links": (),
-        "received_at": NOW,
-        "dedupe_key": "slack:T1:C1:1700000000.000200",
-        "repo": None,
-        "event_action": "message",
-        "detail": frozen_detail(team="T1", channel="C1"),
-    }
-    values.update(overrides)
-    return Signal(**values)
+OCTO = Actor(id="101", name="octo", is_bot=False, is_self=False, permission="write")
+IN_C9 = SlackThread("T1", "C9", "1700000000.000100")
 
 
 def mention(**overrides: Any) -> Signal:
@@ -69,36 +46,26 @@ def github_comment(**overrides: Any) -> Signal:
         "delivery_id": "d-1",
         "kind": "issue_comment",
         "thread_ref": ISSUE,
-        "objective_key": ISSUE,
-        "actor": Actor(id="101", name="octo", is_bot=False, is_self=False, permission="write"),
+        "actor": OCTO,
         "text": "please keep the public API unchanged",
         "dedupe_key": "github:9001:created",
-        "repo": "acme/api",
         "event_action": "created",
-        "detail": frozen_detail(event="issue_comment", sender_login="octo", number=7),
+        "event": "issue_comment",
     }
     values.update(overrides)
     return make_signal(**values)
 
 
 def ci_result(**overrides: Any) -> Signal:
-    detail = {
-        "event": "check_run",
-        "sender_login": "octo",
-        "conclusion": "failure",
-        "head_branch": "main",
-        "app_id": 15368,
-        "name": "lint",
-    }
-    detail.update(overrides.pop("detail", {}))
     values: dict[str, Any] = {
         "kind": "ci_result",
         "thread_ref": CI_THREAD,
-        "objective_key": CI_THREAD,
         "actor": Actor(id="101", name="octo", is_bot=False, is_self=False),
         "text": f"lint: failure on {'a' * 40}",
         "dedupe_key": "github:delivery:d-ci",
-        "detail": frozen_detail(**detail),
+        "event": "check_run",
+        "branch": "main",
+        "ci": CiRun("lint", "failure", app_id=15368),
     }
     values.update(overrides)
     return github_comment(**values)
@@ -112,14 +79,14 @@ def reaction(name: str, **overrides: Any) -> Signal:
         "addresses_bot": stop,
         "command": "stop" if stop else None,
         "dedupe_key": f"slack:T1:C1:1700000000.000100:reaction:{name}:U1:1700000001.0",
-        "detail": frozen_detail(team="T1", channel="C1", reaction=name),
+        "reaction": name,
     }
     values.update(overrides)
     return make_signal(**values)
 
 
-def task(task_id: str, status: TaskStatus, thread: str = THREAD) -> TaskView:
-    return TaskView(TaskId(task_id), status, thread, thread, "U1")
+def task(task_id: str, status: TaskStatus, thread: ThreadRef = THREAD) -> TaskView:
+    return TaskView(TaskId(task_id), status, thread, str(thread), "U1")
 
 
 ACTIVE = task("t_active", TaskStatus.running)
@@ -166,8 +133,8 @@ KEY = "slack:T1:C1:1700000000.000200"
 MESSAGE = "it only happens in Safari"
 
 
-def new_task(objective: str = THREAD, message: str = MESSAGE, **kw: Any) -> NewTask:
-    return NewTask(objective_key=objective, message=message, **kw)
+def new_task(objective: ThreadRef | str = THREAD, message: str = MESSAGE, **kw: Any) -> NewTask:
+    return NewTask(objective_key=str(objective), message=message, **kw)
 
 
 CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
@@ -308,33 +275,37 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
     ),
     (
         "daemon ignores its own push",
-        ci_result(detail={"sender_login": "keel-bot"}),
+        ci_result(actor=Actor(id="102", name="keel-bot", is_bot=False, is_self=False)),
         EMPTY,
         DAEMONS,
         Drop("self_generated"),
     ),
     (
         "daemon ignores a run created by our app",
-        ci_result(detail={"app_id": 4242}),
+        ci_result(ci=CiRun("lint", "failure", app_id=4242)),
         EMPTY,
         DAEMONS,
         Drop("self_generated"),
     ),
-    ("passing check is not watched", ci_result(detail={"conclusion": "success"}), EMPTY,
+    ("passing check is not watched", ci_result(ci=CiRun("lint", "success")), EMPTY,
      DAEMONS, Drop("not_addressed")),
-    ("other branch is not watched", ci_result(detail={"head_branch": "feature"}), EMPTY,
+    ("other branch is not watched", ci_result(branch="feature"), EMPTY,
      DAEMONS, Drop("not_addressed")),
+    ("a run without a branch is not watched", ci_result(branch=None), EMPTY,
+     DAEMONS, Drop("not_addressed")),
+    ("another event named like the rule's kind is not watched",
+     ci_result(event="workflow_run"), EMPTY, DAEMONS, Drop("not_addressed")),
     (
         "label rule claims a bug report",
-        github_comment(kind="issue_opened", detail=frozen_detail(labels=("bug",))),
+        github_comment(kind="issue_opened", labels=("bug",)),
         EMPTY,
         DAEMONS,
         Daemon("triage", "default", "daemon:triage"),
     ),
     (
         "label rule is scoped to its repository",
-        github_comment(kind="issue_opened", repo="acme/web",
-                       detail=frozen_detail(labels=("bug",))),
+        github_comment(kind="issue_opened", thread_ref=GitHubIssue("acme/web", 7),
+                       labels=("bug",)),
         EMPTY,
         DAEMONS,
         Drop("not_addressed"),
@@ -353,7 +324,7 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
     ),
     (
         "our login even when the adapter missed it",
-        github_comment(addresses_bot=True, detail=frozen_detail(sender_login="Keel-Bot")),
+        github_comment(addresses_bot=True, actor=Actor("103", "Keel-Bot", False, False, "write")),
         EMPTY,
         POLICY,
         Drop("self_generated"),
@@ -379,7 +350,7 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
         "allow-listed bot in a channel that is not allowed",
         mention(
             actor=Actor("B7", "renovate[bot]", True, False),
-            detail=frozen_detail(team="T1", channel="C9"),
+            thread_ref=IN_C9,
         ),
         EMPTY,
         POLICY,
@@ -387,7 +358,7 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
     ),
     (
         "mention in a channel that is not allowed",
-        mention(detail=frozen_detail(team="T1", channel="C9")),
+        mention(thread_ref=IN_C9),
         EMPTY,
         POLICY,
         Drop("unauthorised"),
@@ -462,10 +433,11 @@ def test_policy_maps_thread_to_repository_when_channel_is_mapped() -> None:
     policy = RoutingPolicy.from_config(
         RoutingConfig(channel_repos={"C1": "acme/api"}, default_repo="acme/web"), DaemonsConfig()
     )
-    assert policy.repo_for("slack", THREAD) == "acme/api"
-    assert policy.repo_for("slack", "slack:T1/C2/1.2") == "acme/web"
-    assert policy.repo_for("github", "github:acme/cli#4") == "acme/cli"
-    assert policy.repo_for("github", CI_THREAD) == "acme/api"
+    assert policy.repo_for(THREAD) == "acme/api"
+    assert policy.repo_for(SlackThread("T1", "C2", "1.2")) == "acme/web"
+    assert policy.repo_for(GitHubIssue("acme/cli", 4)) == "acme/cli"
+    assert policy.repo_for(CI_THREAD) == "acme/api"
+    assert policy.repo_for(None) == "acme/web"
 
 
 def test_stop_words_come_from_config_only_when_configured_as_halt() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,16 @@ from hypothesis import strategies as st
 
 from adapters.github.signals import GitHubIdentity, signal_from_github
 from adapters.slack.signals import SlackIdentity, signal_from_slack_event
-from routing.signal import DROP_REASONS, SIGNAL_KINDS, Ignored, Signal, find_links, parse_command
+from routing.signal import (
+    DROP_REASONS,
+    SIGNAL_KINDS,
+    CiRun,
+    Ignored,
+    Signal,
+    find_links,
+    parse_command,
+)
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, parse_thread
 
 CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
 SLACK_EVENTS = CORPORA / "slack" / "events"
@@ -124,7 +132,6 @@ GITHUB_EXPECTED: dict[tuple[str, str | None], Expected] = {
     ("installation_repositories", "added"): dropped("unsupported"),
 }
 
-_THREAD_REF = re.compile(r"^(slack:[^/]+/[^/]+/[\d.]+|github:[^/]+/[^#@]+(#\d+|@[0-9a-f]{40,64}))$")
 
 
 def _corpus_files(folder: Path) -> list[Path]:
@@ -175,8 +182,11 @@ def _assert_well_formed(result: Signal | Ignored, provider: str) -> None:
         return
     assert result.provider == provider
     assert result.kind in SIGNAL_KINDS
-    assert _THREAD_REF.match(result.thread_ref), result.thread_ref
-    assert result.objective_key == result.thread_ref
+    thread = result.thread_ref
+    # A whole conversation on the provider's own surface, that reads back as itself.
+    assert (thread.surface, thread.root) == (provider, thread)
+    assert parse_thread(str(thread)) == thread
+    assert result.objective_key == str(thread)
     assert result.dedupe_key.startswith(f"{provider}:")
     assert result.delivery_id
     assert result.received_at == NOW
@@ -267,7 +277,7 @@ def test_dedupe_key_collides_when_slack_resends_under_a_new_event_id() -> None:
 
 def test_thread_reply_names_the_root_when_message_is_in_a_thread() -> None:
     signal = _slack_signal(_slack("message.in-thread.channel.json"))
-    assert signal.thread_ref == "slack:T111/C111/1726133698.626339"
+    assert signal.thread_ref == SlackThread("T111", "C111", "1726133698.626339")
     assert signal.dedupe_key == "slack:T111:C111:1726133700.887259"
     assert not signal.addresses_bot
 
@@ -361,7 +371,8 @@ def test_reaction_is_a_stop_command_when_it_is_octagonal_sign() -> None:
     envelope["event"]["user"] = "W222"
     signal = _slack_signal(envelope)
     assert (signal.kind, signal.command, signal.addresses_bot) == ("reaction", "stop", True)
-    assert signal.thread_ref == "slack:T111/C111/1599529504.000400"
+    assert signal.thread_ref == SlackThread("T111", "C111", "1599529504.000400")
+    assert signal.reaction == "octagonal_sign"
     assert not signal.actor.is_self
 
 
@@ -405,7 +416,8 @@ def test_issue_comment_addresses_the_bot_when_body_names_the_trigger() -> None:
     assert signal.addresses_bot
     assert signal.text == "please fix the typo, see https://example.com/readme."
     assert signal.links == ("https://example.com/readme",)
-    assert signal.thread_ref == signal.objective_key == "github:Codertocat/Hello-World#1"
+    assert signal.thread_ref == GitHubIssue("Codertocat/Hello-World", 1)
+    assert signal.objective_key == "github:Codertocat/Hello-World#1"
     assert signal.repo == "Codertocat/Hello-World"
 
 
@@ -433,12 +445,13 @@ def test_dedupe_key_is_comment_and_action_when_one_comment_arrives_twice() -> No
     assert (first.delivery_id, again.delivery_id) == ("guid-a", "guid-b")
 
 
-def test_issue_comment_detail_describes_the_issue_when_created() -> None:
-    signal = _github_signal("issue_comment", _github("issue_comment", "created.json"))
-    assert signal.detail["comment_id"] == 492700400
-    assert signal.detail["title"] == "Spelling error in the README file"
-    assert signal.detail["is_pull_request"] is False
-    assert signal.event_action == "created"
+def test_issue_comment_names_event_and_issue_labels_when_created() -> None:
+    payload = _github("issue_comment", "created.json")
+    payload["issue"]["labels"] = [{"name": "bug"}, {"name": "docs"}]
+    signal = _github_signal("issue_comment", payload)
+    assert (signal.event, signal.event_action) == ("issue_comment", "created")
+    assert signal.labels == ("bug", "docs")
+    assert (signal.branch, signal.ci, signal.reaction) == (None, None, None)
 
 
 @pytest.mark.parametrize(
@@ -471,29 +484,28 @@ def test_issue_opened_addresses_the_bot_when_title_names_the_trigger() -> None:
     assert signal.dedupe_key == "github:delivery:d-1"
 
 
-def test_ci_result_detail_names_conclusion_sha_branch_and_app_when_check_run_completes() -> None:
+def test_ci_result_names_conclusion_sha_branch_and_app_when_check_run_completes() -> None:
     signal = _github_signal("check_run", _github("check_run", "completed.json"))
     sha = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-    assert signal.thread_ref == f"github:Codertocat/Hello-World@{sha}"
-    detail = signal.detail
-    assert (detail["conclusion"], detail["head_sha"], detail["head_branch"]) == (
-        "success",
-        sha,
-        "changes",
-    )
-    assert (detail["name"], detail["app_id"], detail["pull_requests"]) == (
-        "Octocoders-linter",
-        29310,
-        (2,),
-    )
+    assert signal.thread_ref == GitHubCommit("Codertocat/Hello-World", sha)
+    assert signal.ci == CiRun("Octocoders-linter", "success", app_id=29310)
+    assert (signal.event, signal.branch) == ("check_run", "changes")
     assert not signal.addresses_bot
 
 
-def test_ci_result_detail_names_the_workflow_when_workflow_run_completes() -> None:
+def test_ci_result_names_the_workflow_when_workflow_run_completes() -> None:
     signal = _github_signal("workflow_run", _github("workflow_run", "completed.json"))
-    assert signal.detail["head_branch"] == "master"
-    assert signal.detail["conclusion"] == "success"
+    assert signal.branch == "master"
+    assert signal.ci is not None and signal.ci.conclusion == "success"
     assert signal.repo == "octo-org/octo-repo"
+
+
+def test_pr_opened_names_head_branch_and_labels_when_opened() -> None:
+    payload = _github("pull_request", "opened.json")
+    payload["pull_request"]["labels"] = [{"name": "deps"}]
+    signal = _github_signal("pull_request", payload)
+    assert signal.thread_ref == GitHubIssue(payload["repository"]["full_name"], payload["number"])
+    assert (signal.branch, signal.labels) == (payload["pull_request"]["head"]["ref"], ("deps",))
 
 
 def test_github_payload_is_unsupported_when_a_required_field_is_missing() -> None:

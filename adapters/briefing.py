@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 from urllib.parse import urlsplit
 
 from adapters.config import AppConfig
-from adapters.github.client import GitHubClient, parse_issue_ref
+from adapters.github.client import GitHubClient
 from adapters.github.context import GitHubContext
 from adapters.slack.context import SlackContext
 from adapters.slack.files import SlackFiles
@@ -20,7 +20,7 @@ from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import slack_client
 from runtime.brief.model import Gathered, Origin, Sender
 from runtime.brief.port import Briefing
-from runtime.errors import Permanent
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread
 
 _LINK = re.compile(
     r"https?://(?P<host>[^/\s]+)/(?P<repo>[\w.-]+/[\w.-]+)/(?:issues|pull)/(?P<number>\d+)"
@@ -59,12 +59,20 @@ class ThreadContext:
         self.refs = dict(refs or {})  # repository key -> configured ref, when GitHub is off
 
     async def gather(self, origin: Origin) -> Gathered:
-        match origin.provider:
-            case "slack":
-                return await self._slack(origin)
-            case "github":
-                return await self._github(origin)
-        return Gathered(missing=(f"context from {origin.provider}: not supported",))
+        match origin.thread:
+            case SlackThread() as thread:
+                return await self._slack(origin, thread)
+            case GitHubIssue() as issue:
+                if self.github is None:
+                    return Gathered(missing=("the GitHub context: GitHub is not connected",))
+                return await self.github.gather(origin, issue)
+            case GitHubCommit(repo=repo, sha=sha):
+                # A CI result: the event text says what there is to say.
+                return Gathered(facts=(("Came from", f"GitHub, checks on {repo}@{sha[:12]}"),))
+            case None:
+                return Gathered()
+            case _:
+                assert_never(origin.thread)
 
     async def sender(self, part: Mapping[str, Any]) -> Sender:
         if part.get("provider") == "slack" and self.slack is not None:
@@ -73,10 +81,10 @@ class ThreadContext:
             return await self.github.sender(part)
         return Sender(str(part.get("name") or part.get("id") or "someone"))
 
-    async def _slack(self, origin: Origin) -> Gathered:
+    async def _slack(self, origin: Origin, thread: SlackThread) -> Gathered:
         if self.slack is None:
             return Gathered(missing=("the Slack thread: Slack is not connected",))
-        found = await self.slack.gather(origin)
+        found = await self.slack.gather(origin, thread)
         missing = list(found.missing)
         facts = list(found.facts)
         if origin.repo:
@@ -91,16 +99,6 @@ class ThreadContext:
         return replace(
             found, facts=tuple(facts), sections=tuple(sections), missing=tuple(missing)
         )
-
-    async def _github(self, origin: Origin) -> Gathered:
-        if self.github is None:
-            return Gathered(missing=("the GitHub context: GitHub is not connected",))
-        try:
-            parse_issue_ref(origin.thread_ref or "")
-        except Permanent:
-            # A commit (a CI result): the event text says what there is to say.
-            return Gathered(facts=(("Came from", f"GitHub {origin.thread_ref}"),))
-        return await self.github.gather(origin)
 
     async def _repository(self, repo: str, missing: list[str]) -> str:
         if self.github is not None and "/" in repo:

@@ -16,7 +16,6 @@ effect is keyed (mailbox key, creation key, cancel is idempotent): a second run 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -584,27 +583,20 @@ def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:
         actor=asdict(signal.actor),
         text=signal.text,
         received_at=signal.received_at,
-        detail=_stored_detail(signal),
+        message_ref=signal.message,
+        url=signal.url,
     )
-
-
-def _stored_detail(signal: Signal) -> dict[str, Any]:
-    """The Signal's detail as JSON: the worker reads it back to gather the task's brief."""
-    detail: dict[str, Any] = json.loads(json.dumps(dict(signal.detail), default=str))
-    return detail
 
 
 def _sender_part(record: SignalRecord) -> dict[str, Any]:
     """Who said a follow-up, and where: the worker renders it into the mailbox item."""
-    detail = record.detail
     return {
         "type": "sender",
         "provider": record.provider,
         "id": _actor_id(record),
         "name": record.actor.get("name"),
-        "url": detail.get("comment_url"),
-        "channel": detail.get("channel"),
-        "ts": detail.get("ts"),
+        "url": record.url,
+        "message": text_of(record.message_ref),
     }
 
 

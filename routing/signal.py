@@ -78,7 +78,9 @@ class Signal:
     otherwise; ``dedupe_key`` names the underlying fact, so two deliveries of one message
     collide. The fields after ``event_action`` are the provider facts routing reads: the
     GitHub event name, a pull request's or CI run's head branch, an issue's or pull request's
-    labels, a CI run's outcome, and the name of a reaction.
+    labels, a CI run's outcome, and the name of a reaction. ``message`` names the message
+    itself inside its thread (a Slack message's ts, a GitHub comment's id) and ``url`` is its
+    link when the payload gives one: the worker reads both back to build the task brief.
     """
 
     provider: Provider
@@ -99,6 +101,8 @@ class Signal:
     labels: tuple[str, ...] = ()
     ci: CiRun | None = None
     reaction: str | None = None
+    message: ThreadRef | None = None
+    url: str | None = None
 
     @property
     def repo(self) -> str | None:

@@ -91,6 +91,7 @@ class SlackState(EmulatorState):
     tokens: set[str] = field(default_factory=lambda: {"xoxb-keel-emulated"})
     users: dict[str, SlackUser] = field(default_factory=dict)
     channels: dict[str, str] = field(default_factory=lambda: {"C0KEELGEN1": "general"})
+    ims: dict[str, str] = field(default_factory=dict)  # direct message channel -> the person
     messages: list[SlackMessage] = field(default_factory=list)
     # Web API methods that answer with an error instead: method -> (code, extra fields).
     refusals: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
@@ -109,6 +110,10 @@ class SlackState(EmulatorState):
 
     def add_channel(self, channel_id: str, name: str) -> None:
         self.channels[channel_id] = name
+
+    def add_im(self, channel_id: str, user: str) -> None:
+        """A direct message between the bot and ``user``."""
+        self.ims[channel_id] = user
 
     def next_ts(self) -> str:
         """A unique, increasing Slack timestamp (seconds.microseconds)."""
@@ -221,7 +226,7 @@ def _required(args: Args, name: str, missing: str = "invalid_arguments") -> str:
 
 def _channel(state: SlackState, args: Args) -> str:
     channel = _required(args, "channel", "channel_not_found")
-    if channel not in state.channels:
+    if channel not in state.channels and channel not in state.ims:
         raise SlackError("channel_not_found")
     return channel
 
@@ -421,6 +426,8 @@ def conversations_replies(state: SlackState, args: Args) -> Args:
 
 def conversations_info(state: SlackState, args: Args) -> Args:
     channel = _channel(state, args)
+    if channel in state.ims:
+        return {"ok": True, "channel": _im_json(channel, state.ims[channel])}
     name = state.channels[channel]
     return {
         "ok": True,
@@ -443,6 +450,18 @@ def conversations_info(state: SlackState, args: Args) -> Args:
             "topic": {"value": "", "creator": "", "last_set": 0},
             "purpose": {"value": "", "creator": "", "last_set": 0},
         },
+    }
+
+
+def _im_json(channel: str, user: str) -> Args:
+    return {
+        "id": channel,
+        "created": 1449252889,
+        "is_im": True,
+        "is_org_shared": False,
+        "user": user,
+        "priority": 0,
+        "is_user_deleted": False,
     }
 
 

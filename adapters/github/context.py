@@ -17,16 +17,18 @@ from functools import partial
 from typing import Any, TypeVar
 
 from adapters.github import reads
-from adapters.github.client import GitHubClient, parse_issue_ref
+from adapters.github.client import GitHubClient
 from adapters.github.diff import changed_files, unified_diff
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Gathered, Origin, Post, Section, Sender
 from runtime.config import ContextConfig
+from runtime.threads import GitHubIssue
 
 T = TypeVar("T")
 MAX_COMMENTS = 300
 MAX_FILES = 300
 MAX_LINKED = 5
+_ON_PULLS = frozenset({"review_comment", "pr_opened"})
 _EXCERPT = 1500
 _CLOSING = re.compile(
     r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+(?:([\w.-]+/[\w.-]+))?#(\d+)\b"
@@ -55,18 +57,18 @@ class GitHubContext:
         self.settings = settings
         self.policy = RetryPolicy(attempts=settings.fetch_attempts)
 
-    async def gather(self, origin: Origin) -> Gathered:
-        ref = parse_issue_ref(origin.thread_ref or "")
+    async def gather(self, origin: Origin, ref: GitHubIssue) -> Gathered:
         found = _Found(texts=[origin.text])
+        asked = origin.message.comment_id if isinstance(origin.message, GitHubIssue) else None
         read = partial(reads.issue, self.client, ref.repo, ref.number)
         issue = found.keep(await self._read(f"issue #{ref.number}", read))
         await self._header(ref.repo, ref.number, origin, issue, found)
         if issue is not None:
-            await self._issue(ref.repo, issue, origin, found)
-        if origin.detail.get("is_pull_request") or (issue is not None and issue.is_pull):
+            await self._issue(ref.repo, issue, origin, asked, found)
+        if origin.kind in _ON_PULLS or (issue is not None and issue.is_pull):
             await self._pull(ref.repo, ref.number, found)
-        if origin.kind == "review_comment" and origin.detail.get("comment_id"):
-            await self._review(ref.repo, ref.number, int(origin.detail["comment_id"]), found)
+        if origin.kind == "review_comment" and asked is not None:
+            await self._review(ref.repo, ref.number, asked, found)
         await self._linked(ref.repo, ref.number, found)
         return Gathered(
             facts=tuple(found.facts),
@@ -109,7 +111,7 @@ class GitHubContext:
     ) -> None:
         kind = (origin.kind or "comment").replace("_", " ")
         found.facts.append(("Came from", f"GitHub {kind} on {repo}#{number}"))
-        link = origin.detail.get("comment_url") or (issue.url if issue else None)
+        link = origin.url or (issue.url if issue else None)
         if link:
             found.facts.append(("Link", str(link)))
         found.facts.append(("Repository", await self.repository(repo, found.missing)))
@@ -118,7 +120,12 @@ class GitHubContext:
             found.facts.append((noun, f"#{number} {issue.title} ({issue.state}) {issue.url}"))
 
     async def _issue(
-        self, repo: str, issue: reads.IssueInfo, origin: Origin, found: _Found
+        self,
+        repo: str,
+        issue: reads.IssueInfo,
+        origin: Origin,
+        asked: int | None,
+        found: _Found,
     ) -> None:
         noun = "Pull request" if issue.is_pull else "Issue"
         labels = ", ".join(issue.labels) or "none"
@@ -131,7 +138,7 @@ class GitHubContext:
         listed = found.keep(await self._read(f"the comments on #{issue.number}", read))
         if listed is None:
             return
-        trigger = origin.detail.get("comment_id") if origin.kind == "issue_comment" else None
+        trigger = asked if origin.kind == "issue_comment" else None
         posts = until_request(listed.items, trigger)
         found.texts += [p.text for p in posts]
         if posts:
@@ -206,11 +213,11 @@ def closing_refs(texts: Iterable[str], repo: str) -> list[tuple[str, int]]:
     return list(dict.fromkeys(found))
 
 
-def until_request(comments: Sequence[reads.CommentInfo], trigger: object) -> list[Post]:
+def until_request(comments: Sequence[reads.CommentInfo], trigger: int | None) -> list[Post]:
     """The comments up to and including the request (all of them if it is not among them)."""
     posts = []
     for comment in comments:
-        is_request = trigger is not None and str(comment.comment_id) == str(trigger)
+        is_request = comment.comment_id == trigger
         posts.append(Post(comment.author, comment.body, comment.created_at, is_request=is_request))
         if is_request:
             break

@@ -25,11 +25,12 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from adapters.slack.files import SlackFiles, file_ref
 from adapters.slack.markup import mentioned_users, plain_text
 from adapters.slack.signals import SlackIdentity
-from adapters.slack.surface import call_slack, parse_thread_ref
+from adapters.slack.surface import call_slack
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Download, Gathered, Origin, Post, Section, Sender
 from runtime.config import ContextConfig
 from runtime.errors import Permanent
+from runtime.threads import SlackThread, parse_thread
 
 PAGE_SIZE = 200
 MAX_PAGES = 10  # a thread longer than this many pages is listed as far as it was read
@@ -77,9 +78,9 @@ class SlackContext:
         self.policy = RetryPolicy(attempts=settings.fetch_attempts)
         self.cache = NameCache(settings.user_cache_ttl_s, clock)
 
-    async def gather(self, origin: Origin) -> Gathered:
-        thread = parse_thread_ref(origin.thread_ref or "")
-        message_ts = str(origin.detail.get("ts") or thread.message_ts or thread.thread_ts)
+    async def gather(self, origin: Origin, thread: SlackThread) -> Gathered:
+        asked = origin.message if isinstance(origin.message, SlackThread) else thread
+        message_ts = asked.target_ts
         missing: list[str] = []
         found = await self._thread(thread.channel, thread.thread_ts, message_ts)
         messages = _noted(found, missing) or []
@@ -103,11 +104,16 @@ class SlackContext:
         missing: list[str] = []
         names = await self._names([user], missing) if user else {}
         name = names.get(user) or str(part.get("name") or user or "someone")
-        channel, ts = part.get("channel"), part.get("ts")
-        if not (channel and ts):
+        message = parse_thread(str(part["message"])) if part.get("message") else None
+        if not isinstance(message, SlackThread):
             return Sender(name)
         link = await self._call(
-            "permalink", lambda: self.client.chat_getPermalink(channel=channel, message_ts=ts)
+            "permalink",
+            partial(
+                self.client.chat_getPermalink,
+                channel=message.channel,
+                message_ts=message.target_ts,
+            ),
         )
         return Sender(name, None if isinstance(link, Failed) else str(link["permalink"]))
 
@@ -213,7 +219,7 @@ class SlackContext:
         facts = []
         if origin.actor_id:
             facts.append(("Requested by", names.get(origin.actor_id) or origin.actor_id))
-        where = await self._channel_name(channel, origin, missing)
+        where = await self._channel_name(channel, missing)
         facts.append(("Came from", f"Slack, {where}"))
         link = await self._call(
             "the request's permalink (chat.getPermalink)",
@@ -225,9 +231,7 @@ class SlackContext:
             facts.append(("Link", str(link["permalink"])))
         return facts
 
-    async def _channel_name(self, channel: str, origin: Origin, missing: list[str]) -> str:
-        if origin.detail.get("channel_type") == "im":
-            return "a direct message"
+    async def _channel_name(self, channel: str, missing: list[str]) -> str:
         info = await self._call(
             "the channel's name (conversations.info)",
             lambda: self.client.conversations_info(channel=channel),
@@ -235,6 +239,8 @@ class SlackContext:
         if isinstance(info, Failed):
             missing.append(str(info))
             return f"channel {channel}"
+        if info["channel"].get("is_im"):
+            return "a direct message"
         name = info["channel"].get("name")
         return f"#{name}" if name else f"channel {channel}"
 

@@ -171,6 +171,7 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
         received_at=ctx.received_at,
         dedupe_key=f"slack:{ctx.team}:{message.channel}:{message.ts}",
         event_action=message.type,
+        message=thread.message(message.ts),
     )
 
 

@@ -4,11 +4,10 @@ fetched. Adapters fill a ``Gathered``; ``runtime.brief.render`` turns it into te
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from types import MappingProxyType
-from typing import Any
+
+from runtime.threads import ThreadRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,11 +21,12 @@ class Origin:
     text: str
     provider: str | None = None
     kind: str | None = None
-    thread_ref: str | None = None
+    thread: ThreadRef | None = None
+    message: ThreadRef | None = None  # the request itself inside the thread
+    url: str | None = None  # the request's link, when the provider gave one
     repo: str | None = None
     actor_id: str | None = None
     actor_name: str | None = None
-    detail: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

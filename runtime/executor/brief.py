@@ -111,8 +111,8 @@ def _signal_facts(origin: Origin, task: Task) -> list[tuple[str, str]]:
     if origin.provider is not None:
         kind = (origin.kind or "message").replace("_", " ")
         facts.append(("Came from", f"{origin.provider.capitalize()} {kind}"))
-    if origin.thread_ref is not None:
-        facts.append(("Thread", origin.thread_ref))
+    if origin.thread is not None:
+        facts.append(("Thread", str(origin.thread)))
     if origin.repo is not None:
         facts.append(("Repository", origin.repo))
     if task.parent_id is not None:
@@ -136,11 +136,12 @@ def origin_of(session: Transaction, task: Task) -> Origin:
         text=task.message,
         provider=record.provider,
         kind=record.kind,
-        thread_ref=record.thread_ref,
+        thread=record.thread_ref,
+        message=record.message_ref,
+        url=record.url,
         repo=task.repo,
         actor_id=str(actor_id) if actor_id is not None else None,
         actor_name=str(actor_name) if actor_name is not None else None,
-        detail=record.detail,
     )
 
 

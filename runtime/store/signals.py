@@ -8,7 +8,7 @@ are the authority (``ON CONFLICT DO NOTHING``), the reads before the insert only
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -40,7 +40,8 @@ class SignalFacts:
     actor: Mapping[str, Any]
     text: str
     received_at: datetime
-    detail: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    message_ref: ThreadRef | None = None
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,8 @@ class SignalRecord:
     task_id: TaskId | None
     received_at: datetime
     plan: Mapping[str, Any] | None = None
-    detail: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    message_ref: ThreadRef | None = None
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +243,8 @@ def to_record(row: SignalRow) -> SignalRecord:
         task_id=TaskId(row.task_id) if row.task_id else None,
         received_at=row.received_at,
         plan=MappingProxyType(dict(row.plan)) if row.plan is not None else None,
-        detail=MappingProxyType(dict(row.detail or {})),
+        message_ref=thread_of(row.message_ref),
+        url=row.url,
     )
 
 
@@ -264,7 +267,8 @@ def _insert(
         "task_id": verdict.task_id,
         "received_at": facts.received_at,
         "plan": dict(verdict.plan) if verdict.plan is not None else None,
-        "detail": dict(facts.detail) or None,
+        "message_ref": text_of(facts.message_ref),
+        "url": facts.url,
     }
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     statement = dialect.insert(SignalRow).values(values).on_conflict_do_nothing()

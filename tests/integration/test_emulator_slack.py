@@ -457,6 +457,10 @@ def test_conversations_info_and_permalink_match_spec_when_asked(
     contract.validate("chat.getPermalink", link.data)
     assert info["channel"]["name"] == "general"
     assert link["permalink"].endswith(f"?thread_ts={root}&cid={CHANNEL}")
+    slack.state.add_im("D0KEELDM01", ALICE)
+    im = slack.client().conversations_info(channel="D0KEELDM01")
+    contract.validate_schema(contract.definition("objs_conversation")["items"][2], im["channel"])
+    assert im["channel"]["is_im"] is True
 
 
 def test_refused_method_answers_missing_scope_with_the_needed_scope(slack: Slack) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from types import MappingProxyType
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
@@ -17,6 +16,7 @@ from adapters.slack.files import MAX_DOWNLOADS, SlackFiles
 from adapters.slack.signals import SlackIdentity
 from runtime.brief.model import Gathered, Origin
 from runtime.config import ContextConfig
+from runtime.threads import SlackThread
 
 TOKEN = "xoxb-keel-emulated"
 CHANNEL = "C0KEELGEN1"
@@ -33,21 +33,22 @@ def slack() -> Iterator[tuple[SlackState, str]]:
 
 
 def _gather(
-    api: str, root: str, asked: str, *, token: str = TOKEN, **detail: object
+    api: str, root: str, asked: str, *, token: str = TOKEN, channel: str = CHANNEL
 ) -> Gathered:
     settings = ContextConfig(max_file_bytes=100)
     client = AsyncWebClient(token=TOKEN, base_url=api, retry_handlers=[])
     context = SlackContext(client, IDENTITY, SlackFiles(token, api, settings), settings)
+    thread = SlackThread(IDENTITY.team_id, channel, root)
     origin = Origin(
         task_id="t1",
         text="please look",
         provider="slack",
         kind="mention",
-        thread_ref=f"slack:{IDENTITY.team_id}/{CHANNEL}/{root}",
+        thread=thread,
+        message=thread.message(asked),
         actor_id=ALICE,
-        detail=MappingProxyType({"ts": asked, **detail}),
     )
-    return asyncio.run(context.gather(origin))
+    return asyncio.run(context.gather(origin, thread))
 
 
 def test_file_listed_by_id_only_is_read_through_files_info(
@@ -99,14 +100,12 @@ def test_download_refused_with_a_sign_in_page_is_named(slack: tuple[SlackState, 
     )
 
 
-def test_direct_message_is_named_so_without_asking_for_a_channel_name(
-    slack: tuple[SlackState, str],
-) -> None:
+def test_direct_message_is_named_as_one(slack: tuple[SlackState, str]) -> None:
     state, api = slack
-    root = state.seed_message(CHANNEL, "help", user=ALICE)
+    state.add_im("D0KEELDM01", ALICE)
+    root = state.seed_message("D0KEELDM01", "help", user=ALICE)
 
-    found = _gather(api, root, root, channel_type="im")
+    found = _gather(api, root, root, channel="D0KEELDM01")
 
     assert ("Came from", "Slack, a direct message") in found.facts
-    assert state.requests_to("GET", "/api/conversations.info") == []
-    assert state.requests_to("POST", "/api/conversations.info") == []
+    assert [p.text for s in found.sections for p in s.posts] == ["help"]

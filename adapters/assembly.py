@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from adapters.briefing import build_briefing
 from adapters.checkouts import Checkouts
 from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
@@ -27,6 +28,7 @@ from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import Router
 from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
+from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
 from runtime.errors import Permanent
 from runtime.executor.context import ExecutorContext
@@ -98,6 +100,7 @@ class Keel:
     dispatcher: OutboxDispatcher = field(init=False)
     reporting: ReportingPolicy = field(init=False)
     sink: RoutedSink = field(init=False)
+    briefing: Briefing = field(init=False)
     _tasks: list[asyncio.Task[Any]] = field(init=False, default_factory=list)
     _listener: PgListener | None = field(init=False, default=None)
     _stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
@@ -165,6 +168,8 @@ class Keel:
             self.github = GitHubClient.from_config(cfg.github)
             self.surfaces["github"] = GitHubSurface(self.github)
             self.router.permissions = CachedPermissions(self.github)
+        identity = self.slack.single_identity if self.slack is not None else None
+        self.briefing = build_briefing(cfg, identity)
         self._build_executor()
 
     def _build_executor(self) -> None:
@@ -182,6 +187,7 @@ class Keel:
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
             context_sources=(RepoGuidance(self.checkouts),),
+            briefing=self.briefing,
             workspace_for=self.checkouts.workspace_for,
             observe_phase=self.metrics.observe_phase,
         )

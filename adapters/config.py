@@ -35,6 +35,7 @@ from routing.config import DaemonsConfig, RoutingConfig
 from runtime.config import (
     Agents,
     ConfigSection,
+    ContextConfig,
     DatabaseConfig,
     ModelConfig,
     Names,
@@ -94,6 +95,10 @@ SLACK_BOT_SCOPES = (
     "reactions:read",
     "reactions:write",
     "users:read",
+    "channels:read",
+    "groups:read",
+    "im:read",
+    "files:read",
 )
 
 
@@ -282,6 +287,7 @@ class AppConfig(ConfigSection):
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     reporting: ReportingConfig = Field(default_factory=ReportingConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
     # Which env var each dotted path was read from, so describe() can name it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
     _path: Path | None = PrivateAttr(default=None)
@@ -340,6 +346,7 @@ def describe(config: AppConfig) -> list[str]:
         config.workspace.describe(source),
         config.reporting.describe(source),
         config.worker.describe(source),
+        config.context.describe(source),
     ]
 
 

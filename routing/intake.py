@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
-from typing import Literal, assert_never, cast, get_args
+from typing import Any, Literal, assert_never, cast, get_args
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.permissions import PermissionSource, needs_permission, with_permission
@@ -50,7 +50,7 @@ from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.outbox import enqueue_post
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, Admission, SignalFacts, SignalRecord, Verdict
-from runtime.threads import SlackThread, text_of
+from runtime.threads import SlackThread, ThreadRef, text_of
 
 log = logging.getLogger(__name__)
 
@@ -206,15 +206,18 @@ class Router:
     async def _in_its_thread(self, signal: Signal) -> Signal:
         """A reaction or click names one message, which may be anywhere in a thread (the
         mention, our progress message): it acts on the thread that message belongs to."""
-        item = signal.thread_ref
+        item = signal.message or signal.thread_ref
         if signal.kind not in ("reaction", "action") or not isinstance(item, SlackThread):
             return signal
         owner = await self.db.read(lambda s: store.owner_of_message(s, item))
-        thread = owner[1] if owner is not None else None
+        thread = owner[1].root if owner is not None else None
         if owner is None or not isinstance(thread, SlackThread):
             return signal  # the root itself, or a message Keel knows nothing of
         return replace(
-            signal, objective_key=owner[0], thread_ref=thread.root.message(item.target_ts)
+            signal,
+            objective_key=owner[0],
+            thread_ref=thread,
+            message=thread.message(item.target_ts),
         )
 
     async def resume_pending(
@@ -397,7 +400,7 @@ class Router:
         """Append under (target, dedupe key); fall back to a new owner only on proof."""
         key = record.dedupe_key
         text = _event_text(record) if decision == "daemon" else record.text
-        parts = [{"type": "text", "text": text}]
+        parts = [{"type": "text", "text": text}, _sender_part(record)]
         outcome = self.scheduler.append_in(session, target, key, parts, _actor_id(record))
         match outcome:
             case Appended() | Duplicate():
@@ -510,7 +513,7 @@ class Router:
                 task_id=result.task_id,
                 signal_id=record.signal_id,
                 # Where the person acted: the mention, the reply, the message reacted to.
-                thread=record.thread_ref if record.provider == "slack" else thread,
+                thread=_acted_on(record) or thread,
                 now=now,
                 emoji="octagonal_sign" if result.decision == "stop" else None,
             )
@@ -552,6 +555,13 @@ class Router:
 
     def _daemon(self, name: str) -> DaemonDefinition | None:
         return next((d for d in self.policy.daemons if d.daemon_id == name), None)
+
+
+def _acted_on(record: SignalRecord) -> ThreadRef | None:
+    """The Slack message a person acted with (mention, reply, reaction, click), if known;
+    GitHub acknowledges on the issue as before."""
+    message = record.message_ref
+    return message if isinstance(message, SlackThread) else None
 
 
 def _escalation_text(reason: str | None) -> str:
@@ -598,7 +608,21 @@ def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:
         actor=asdict(signal.actor),
         text=signal.text,
         received_at=signal.received_at,
+        message_ref=signal.message,
+        url=signal.url,
     )
+
+
+def _sender_part(record: SignalRecord) -> dict[str, Any]:
+    """Who said a follow-up, and where: the worker renders it into the mailbox item."""
+    return {
+        "type": "sender",
+        "provider": record.provider,
+        "id": _actor_id(record),
+        "name": record.actor.get("name"),
+        "url": record.url,
+        "message": text_of(record.message_ref),
+    }
 
 
 def _result(record: SignalRecord, *, duplicate: bool = False) -> IngestResult:

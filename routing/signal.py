@@ -75,12 +75,14 @@ class Signal:
     """A routable event.
 
     ``thread_ref`` names the conversation (a Slack thread by its root, a GitHub issue or pull
-    request, or a commit for CI) and, for a Slack reply, the message itself, so the 👀 lands
-    on it; ``objective_key`` is the conversation's text unless the adapter says otherwise;
-    ``dedupe_key`` names the underlying fact, so two deliveries of one message collide. The
-    fields after ``event_action`` are the provider facts routing reads: the GitHub event
-    name, a pull request's or CI run's head branch, an issue's or pull request's labels, a CI
-    run's outcome, and the name of a reaction.
+    request, or a commit for CI); ``objective_key`` is its text unless the adapter says
+    otherwise; ``dedupe_key`` names the underlying fact, so two deliveries of one message
+    collide. The fields after ``event_action`` are the provider facts routing reads: the
+    GitHub event name, a pull request's or CI run's head branch, an issue's or pull request's
+    labels, a CI run's outcome, and the name of a reaction. ``message`` names the message
+    itself inside its thread (a Slack message's ts, a GitHub comment's id) and ``url`` is its
+    link when the payload gives one: the worker reads both back to build the task brief, and
+    the 👀 goes on that message.
     """
 
     provider: Provider
@@ -101,6 +103,8 @@ class Signal:
     labels: tuple[str, ...] = ()
     ci: CiRun | None = None
     reaction: str | None = None
+    message: ThreadRef | None = None
+    url: str | None = None
 
     @property
     def repo(self) -> str | None:

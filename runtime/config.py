@@ -65,7 +65,9 @@ Key = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*$", max_length
 
 AckStyle = Literal["reaction", "reply"]
 
-DEFAULT_MAILBOX_TEMPLATE = "<mailbox_update>\n{text}\n</mailbox_update>"
+# {sender} is who wrote the follow-up and, where there is one, its link; {author} and {url}
+# are the two apart.
+DEFAULT_MAILBOX_TEMPLATE = "<mailbox_update>\nFrom {sender}:\n{text}\n</mailbox_update>"
 DEFAULT_INSTRUCTIONS = (
     "You are Keel, an engineering agent working in a checkout of the task's repository. "
     "Do the requested work, prove it with tool results (tests, commits, pull requests, CI), "
@@ -124,6 +126,8 @@ class ModelConfig(ConfigSection):
     api_key: Secret = None
     timeout_s: float = Field(default=60, gt=0)
     script: Annotated[Path | None, BeforeValidator(blank_to_none)] = None
+    # The model reads images: pictures attached in a thread are sent as image parts.
+    vision: bool = False
 
     def describe(self, source: SourceOf) -> str:
         match self.provider:
@@ -132,7 +136,8 @@ class ModelConfig(ConfigSection):
                 return f"model: scripted ({script})"
             case "openai":
                 key = "api key set" if self.api_key else f"{source('model.api_key')} not set"
-                return f"model: openai {self.model} at {redact_url(self.base_url)} ({key})"
+                vision = ", vision" if self.vision else ""
+                return f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision})"
 
 
 class AgentLimits(ConfigSection):
@@ -273,6 +278,27 @@ class ReportingConfig(ConfigSection):
             else "no fallback"
         )
         return f"reporting: ack by {ack}, {progress}, {fallback}"
+
+
+class ContextConfig(ConfigSection):
+    """The task brief: what the worker fetches about a request's thread, issue or pull
+    request before the first model call, and how large it may grow."""
+
+    max_chars: int = Field(default=24_000, ge=2_000)
+    fetch_attempts: int = Field(default=3, ge=1, le=10)
+    request_timeout_s: float = Field(default=10, gt=0)
+    gather_timeout_s: float = Field(default=120, gt=0)
+    max_file_bytes: int = Field(default=200_000, ge=0)
+    max_image_bytes: int = Field(default=4_000_000, ge=0)
+    max_images: int = Field(default=4, ge=0)
+    user_cache_ttl_s: float = Field(default=3600, ge=0)
+
+    def describe(self, source: SourceOf) -> str:
+        return (
+            f"context: brief up to {self.max_chars} characters, {self.fetch_attempts} "
+            f"attempt(s) per fetch, files up to {self.max_file_bytes} bytes, "
+            f"{self.max_images} image(s) up to {self.max_image_bytes} bytes"
+        )
 
 
 class WorkerConfig(ConfigSection):

@@ -1,8 +1,10 @@
 """The demo scenario, also the end-to-end test: a Slack mention becomes a verified fix.
 
 It starts the Slack and GitHub emulators and Keel on loopback, creates a sample repository
-with a failing test, sends a signed mention and, mid-run, a follow-up; it plays CI on the
-pull request the agent opens, and shows the thread as a person would see it.
+with a failing test, posts a report of the failure and, in its thread, a signed mention asking
+Keel to fix it (the scripted model must see the report, which only the task brief carries),
+then mid-run a follow-up; it plays CI on the pull request the agent opens, and shows the
+thread as a person would see it.
 
 With ``socket_mode`` (``keel demo --socket-mode``) Keel gets an app-level token instead of
 serving ``/slack/events``: it opens the emulator's Socket Mode websocket, and each event is
@@ -42,6 +44,7 @@ APP_TOKEN = "xapp-keel-emulated"
 GITHUB_TOKEN = "ghp-demo-token"
 WEBHOOK_SECRET = "demo-webhook-secret"
 REPO = "acme/shop"
+REPORT = "CI on main is red since this morning: test_add says add(2, 3) returns -1."
 MENTION = "the checkout tests are failing on main, can you fix it?"
 FOLLOW_UP = "Please keep the public API of calc unchanged."
 
@@ -214,9 +217,15 @@ def render_thread(slack: SlackState, root_ts: str) -> list[str]:
 
 def _check(slack: SlackState, root_ts: str, posts: list[Any]) -> list[str]:
     problems = []
-    root = slack.find(CHANNEL, root_ts)
-    if root is None or root.reactions.get("eyes") != [slack.bot_user_id]:
-        problems.append("expected exactly one 👀 from keel on the mention")
+    # Keel acknowledges each message it took where it was said: the mention (and the
+    # follow-up), never the report at the root, and never twice.
+    thread = slack.thread(CHANNEL, root_ts)
+    eyes = {m.ts: m.reactions.get("eyes") for m in thread if m.reactions.get("eyes")}
+    mention = next((m for m in thread if m.text.startswith(f"<@{slack.bot_user_id}>")), None)
+    if mention is None or eyes.get(mention.ts) != [slack.bot_user_id]:
+        problems.append("expected one 👀 from keel on the mention")
+    if root_ts in eyes or any(who != [slack.bot_user_id] for who in eyes.values()):
+        problems.append("expected 👀 only on the messages keel took, once each")
     replies = [m for m in slack.thread(CHANNEL, root_ts) if m.bot_id]
     completion = [m for m in replies if m.text.startswith(("✅", "⚠️", "❌", "🛑", "⏹", "⌛"))]
     progress = [m for m in replies if m.text.startswith("⏳")]
@@ -233,13 +242,14 @@ def _check(slack: SlackState, root_ts: str, posts: list[Any]) -> list[str]:
     return problems
 
 
-def _mention_event(slack: SlackState, ts: str, kind: str) -> dict[str, Any]:
+def _mention_event(slack: SlackState, ts: str, root_ts: str, kind: str) -> dict[str, Any]:
     text = f"<@{slack.bot_user_id}> {MENTION}"
     return {
         "type": kind,
         "user": PERSON[0],
         "text": text,
         "ts": ts,
+        "thread_ts": root_ts,
         "channel": CHANNEL,
         "event_ts": ts,
         "channel_type": "channel",
@@ -303,11 +313,15 @@ async def _drive(
     echo: Echo,
     timeout_s: float,
 ) -> DemoResult:
-    root_ts = slack.seed_message(CHANNEL, f"<@{slack.bot_user_id}> {MENTION}", user=PERSON[0])
-    echo(f"dana: @keel {MENTION}")
+    # The report is posted before Keel is asked: only the task brief brings it to the model.
+    root_ts = slack.seed_message(CHANNEL, REPORT, user=PERSON[0])
+    echo(f"dana: {REPORT}")
+    text = f"<@{slack.bot_user_id}> {MENTION}"
+    ts = slack.seed_message(CHANNEL, text, user=PERSON[0], thread_ts=root_ts)
+    echo(f"dana (in the thread): @keel {MENTION}")
     # Slack sends both events for one mention; Keel must make one task of them.
-    await send(_mention_event(slack, root_ts, "app_mention"), slack.team_id)
-    await send(_mention_event(slack, root_ts, "message"), slack.team_id)
+    await send(_mention_event(slack, ts, root_ts, "app_mention"), slack.team_id)
+    await send(_mention_event(slack, ts, root_ts, "message"), slack.team_id)
     db = Database.from_url(db_url)
     watcher = _Watcher(db, slack, echo)
     objective = f"slack:{slack.team_id}/{CHANNEL}/{root_ts}"

@@ -281,6 +281,38 @@ async def get_pull(request: Request, owner: str, repo: str, pull_number: int) ->
     return shapes.pull_json(_hosts(request), found, found.pulls[pull_number])
 
 
+def _pull(repo: Repo, number: int) -> PullRequest:
+    if number not in repo.pulls:
+        raise GitHubError(404, "Not Found")
+    return repo.pulls[number]
+
+
+async def list_pull_files(request: Request, owner: str, repo: str, pull_number: int) -> Response:
+    found, hosts = _repo(request, owner, repo), _hosts(request)
+    pull = _pull(found, pull_number)
+    return _paged(request, [shapes.diff_entry_json(hosts, found, pull, f) for f in pull.files])
+
+
+async def get_review_comment(request: Request, owner: str, repo: str, comment_id: int) -> Json:
+    found = _repo(request, owner, repo)
+    if comment_id not in found.review_comments:
+        raise GitHubError(404, "Not Found")
+    return shapes.review_comment_json(_hosts(request), found, found.review_comments[comment_id])
+
+
+async def list_review_comments(
+    request: Request, owner: str, repo: str, pull_number: int
+) -> Response:
+    found, hosts = _repo(request, owner, repo), _hosts(request)
+    _pull(found, pull_number)
+    comments = [
+        shapes.review_comment_json(hosts, found, c)
+        for c in sorted(found.review_comments.values(), key=lambda c: c.comment_id)
+        if c.pull_number == pull_number
+    ]
+    return _paged(request, comments)
+
+
 async def get_permission(request: Request, owner: str, repo: str, username: str) -> Json:
     found = _repo(request, owner, repo)
     user = _state(request).users.get(username)
@@ -350,6 +382,19 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ("POST", _REPO + "/pulls", "pulls/create", create_pull),
     ("GET", _REPO + "/pulls", "pulls/list", list_pulls),
     ("GET", _REPO + "/pulls/{pull_number}", "pulls/get", get_pull),
+    ("GET", _REPO + "/pulls/{pull_number}/files", "pulls/list-files", list_pull_files),
+    (
+        "GET",
+        _REPO + "/pulls/{pull_number}/comments",
+        "pulls/list-review-comments",
+        list_review_comments,
+    ),
+    (
+        "GET",
+        _REPO + "/pulls/comments/{comment_id}",
+        "pulls/get-review-comment",
+        get_review_comment,
+    ),
     (
         "GET",
         _REPO + "/collaborators/{username}/permission",

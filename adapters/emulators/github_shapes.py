@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 import zlib
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ from adapters.emulators.github_state import (
     GitHubUser,
     IssueComment,
     IssuedToken,
+    PullFile,
     PullRequest,
     Reaction,
     Repo,
+    ReviewComment,
 )
 from adapters.emulators.github_state import Issue as IssueRecord
 
@@ -319,3 +322,62 @@ def app_json(hosts: Hosts, owner: GitHubUser, app_id: int, slug: str) -> Json:
 def authenticated_user_json(hosts: Hosts, user: GitHubUser) -> Json:
     body = hosts.render("private-user", ("@login@", user.login))
     return body | {"id": user.user_id, "node_id": f"U_{user.user_id}", "type": user.kind}
+
+
+def diff_entry_json(hosts: Hosts, repo: Repo, pull: PullRequest, file: PullFile) -> Json:
+    body = hosts.render("diff-entry", *_in_repo(repo), (_EXAMPLE_SHA, pull.head_sha))
+    blob = f"{hosts.api}/{repo.full_name}/blob/{pull.head_sha}/{file.filename}"
+    body |= {
+        "sha": hashlib.sha1(f"{pull.head_sha}:{file.filename}".encode()).hexdigest(),
+        "filename": file.filename,
+        "status": file.status,
+        "additions": file.additions,
+        "deletions": file.deletions,
+        "changes": file.additions + file.deletions,
+        "blob_url": blob,
+        "raw_url": blob.replace("/blob/", "/raw/"),
+        "contents_url": f"{hosts.repo_url(repo)}/contents/{file.filename}?ref={pull.head_sha}",
+    }
+    if file.patch is None:
+        body.pop("patch", None)  # GitHub leaves the patch out of very large diffs
+    else:
+        body["patch"] = file.patch
+    return body
+
+
+def review_comment_json(hosts: Hosts, repo: Repo, comment: ReviewComment) -> Json:
+    pull_url = f"{hosts.repo_url(repo)}/pulls/{comment.pull_number}"
+    pull_html = f"{hosts.api}/{repo.full_name}/pull/{comment.pull_number}"
+    html = f"{pull_html}#discussion_r{comment.comment_id}"
+    own = f"{hosts.repo_url(repo)}/pulls/comments/{comment.comment_id}"
+    body = hosts.render("pull-request-review-comment", *_in_repo(repo))
+    body |= {
+        "url": own,
+        "id": comment.comment_id,
+        "node_id": f"PRRC_{comment.comment_id}",
+        "pull_request_review_id": comment.comment_id,
+        "diff_hunk": comment.diff_hunk,
+        "path": comment.path,
+        "commit_id": comment.commit_id,
+        "original_commit_id": comment.commit_id,
+        "user": user_json(hosts, comment.user),
+        "body": comment.body,
+        "created_at": iso(comment.created_at),
+        "updated_at": iso(comment.created_at),
+        "html_url": html,
+        "pull_request_url": pull_url,
+        "_links": {
+            "self": {"href": own},
+            "html": {"href": html},
+            "pull_request": {"href": pull_url},
+        },
+        "line": comment.line,
+        "original_line": comment.line,
+        "start_line": None,
+        "original_start_line": None,
+    }
+    if comment.in_reply_to is None:
+        body.pop("in_reply_to_id", None)
+    else:
+        body["in_reply_to_id"] = comment.in_reply_to
+    return body

@@ -66,6 +66,33 @@ class IssueComment:
 
 
 @dataclass(slots=True)
+class PullFile:
+    """One changed file of a pull request, as the files endpoint lists it."""
+
+    filename: str
+    status: Literal["added", "removed", "modified", "renamed"]
+    additions: int
+    deletions: int
+    patch: str | None
+
+
+@dataclass(slots=True)
+class ReviewComment:
+    """A comment on a line of a pull request's diff; replies name the thread's first one."""
+
+    comment_id: int
+    pull_number: int
+    path: str
+    line: int
+    diff_hunk: str
+    body: str
+    user: GitHubUser
+    commit_id: str
+    created_at: float
+    in_reply_to: int | None = None
+
+
+@dataclass(slots=True)
 class PullRequest:
     number: int
     pull_id: int
@@ -81,6 +108,7 @@ class PullRequest:
     draft: bool = False
     state: Literal["open", "closed"] = "open"
     merged: bool = False
+    files: list[PullFile] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -125,6 +153,7 @@ class Repo:
     checks: dict[str, list[CheckRun]] = field(default_factory=dict)
     statuses: dict[str, list[CommitStatus]] = field(default_factory=dict)
     reactions: list[Reaction] = field(default_factory=list)
+    review_comments: dict[int, ReviewComment] = field(default_factory=dict)
     created_pulls: int = 0
     created_comments: int = 0
     # Where branch heads really live (e.g. a local bare git repository in the demo).
@@ -235,6 +264,51 @@ class GitHubState(EmulatorState):
         comment = IssueComment(self.next_id(), number, body, self.add_user(user), now, now)
         repo.comments[comment.comment_id] = comment
         repo.issues[number].comment_ids.append(comment.comment_id)
+        return comment.comment_id
+
+    def add_pull(
+        self,
+        full_name: str,
+        title: str,
+        body: str = "",
+        *,
+        user: str,
+        head: str,
+        base: str = "main",
+        files: tuple[PullFile, ...] = (),
+    ) -> int:
+        """A pull request as if a person had opened it (not counted in ``pulls_created``)."""
+        repo, now = self.repos[full_name], time.time()
+        author = self.add_user(user)
+        number = repo.next_number()
+        pull = PullRequest(
+            number, self.next_id(), title, body, author, repo.owner.login, head,
+            repo.branch_sha(head), base, repo.branch_sha(base), now, files=list(files),
+        )
+        repo.pulls[number] = pull
+        repo.issues[number] = Issue(number, pull.pull_id, title, body, author, now, is_pull=True)
+        return number
+
+    def add_review_comment(
+        self,
+        full_name: str,
+        number: int,
+        body: str,
+        *,
+        user: str,
+        path: str,
+        line: int,
+        diff_hunk: str,
+        in_reply_to: int | None = None,
+    ) -> int:
+        """A comment on a line of the pull request's diff, or a reply in its thread."""
+        repo = self.repos[full_name]
+        pull = repo.pulls[number]
+        comment = ReviewComment(
+            self.next_id(), number, path, line, diff_hunk, body, self.add_user(user),
+            pull.head_sha, time.time(), in_reply_to,
+        )
+        repo.review_comments[comment.comment_id] = comment
         return comment.comment_id
 
     def set_permission(self, full_name: str, login: str, permission: Permission) -> None:

@@ -5,6 +5,10 @@ even for errors, like Slack); shapes follow ../shared/corpora/slack (the Web API
 and its examples). Arguments are read from the query string, a form body or a JSON body,
 since slack_sdk uses all three. Where Slack's behaviour is loosely specified the emulator is
 strict: channels must be seeded, and a ``thread_ts`` must name a message in that channel.
+
+Files shared in messages are served at ``/files-pri/<team>-<file id>/download/<name>`` to a
+valid bearer token only (anyone else gets a sign-in page, as from Slack); ``refuse(method,
+code)`` makes a method answer an error such as ``missing_scope``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from adapters.emulators.faults import EmulatorState, FaultRaised, RecordingMiddleware, gate_of
 from adapters.emulators.slack_socket import SocketHub
@@ -28,11 +32,13 @@ Args = dict[str, Any]
 
 
 class SlackError(Exception):
-    """A Slack ``{"ok": false, "error": code}`` answer."""
+    """A Slack ``{"ok": false, "error": code}`` answer; ``extra`` adds fields such as
+    ``needed`` and ``provided`` of a ``missing_scope``."""
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str, **extra: str) -> None:
         super().__init__(code)
         self.code = code
+        self.extra = extra
 
 
 @dataclass(slots=True)
@@ -41,6 +47,22 @@ class SlackUser:
     name: str
     real_name: str
     is_bot: bool = False
+
+
+@dataclass(slots=True)
+class SlackFile:
+    """A file shared in a message; its bytes are served only with a valid bearer token."""
+
+    file_id: str
+    name: str
+    mimetype: str
+    filetype: str
+    content: bytes
+    user: str
+    created: int
+    # Slack lists some files (from another workspace, over a plan's limit) by id only, with
+    # ``"file_access": "check_file_info"``: only files.info gives their details.
+    check_file_info: bool = False
 
 
 @dataclass(slots=True)
@@ -55,6 +77,7 @@ class SlackMessage:
     blocks: list[Any] | None = None
     reactions: dict[str, list[str]] = field(default_factory=dict)
     edited: bool = False
+    files: list[SlackFile] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -84,6 +107,7 @@ class SlackState(EmulatorState):
     tokens: set[str] = field(default_factory=lambda: {"xoxb-keel-emulated"})
     users: dict[str, SlackUser] = field(default_factory=dict)
     channels: dict[str, str] = field(default_factory=lambda: {"C0KEELGEN1": "general"})
+    ims: dict[str, str] = field(default_factory=dict)  # direct message channel -> the person
     messages: list[SlackMessage] = field(default_factory=list)
     # Socket Mode: app-level tokens, and the websocket side (``slack_socket.SocketHub``).
     app_tokens: set[str] = field(default_factory=lambda: {"xapp-keel-emulated"})
@@ -96,7 +120,12 @@ class SlackState(EmulatorState):
     # (method, token) of every authenticated call, to show whose token each call carried.
     token_uses: list[tuple[str, str]] = field(default_factory=list)
     oauth: SlackOAuth = field(default_factory=lambda: SlackOAuth())
+    # Web API methods that answer with an error instead: method -> (code, extra fields).
+    refusals: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    # Where the emulator is reached, as the last request saw it (file URLs point here).
+    base_url: str = "http://127.0.0.1"
     _last_micros: int = 0
+    _file_ids: int = 0
 
     def __post_init__(self) -> None:
         self.add_user(self.bot_user_id, self.bot_name, real_name="Keel", is_bot=True)
@@ -123,18 +152,49 @@ class SlackState(EmulatorState):
         """The app is uninstalled there: every token of that workspace stops working."""
         self.revoked |= {t for t in self.tokens if self.team_of_token(t) == team_id}
 
+    def add_im(self, channel_id: str, user: str) -> None:
+        """A direct message between the bot and ``user``."""
+        self.ims[channel_id] = user
+
     def next_ts(self) -> str:
         """A unique, increasing Slack timestamp (seconds.microseconds)."""
         self._last_micros = max(time.time_ns() // 1000, self._last_micros + 1)
         return f"{self._last_micros // 1_000_000}.{self._last_micros % 1_000_000:06d}"
 
     def seed_message(
-        self, channel: str, text: str, *, user: str, thread_ts: str | None = None
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str,
+        thread_ts: str | None = None,
+        files: list[SlackFile] | None = None,
     ) -> str:
         """Add a message as if a person had posted it; returns its ts."""
-        message = SlackMessage(channel, self.next_ts(), text, user, thread_ts=thread_ts)
+        message = SlackMessage(
+            channel, self.next_ts(), text, user, thread_ts=thread_ts, files=files or []
+        )
         self.messages.append(message)
         return message.ts
+
+    def new_file(
+        self, name: str, mimetype: str, content: bytes, *, user: str, check_file_info: bool = False
+    ) -> SlackFile:
+        """A file to attach to a seeded message (``seed_message(..., files=[...])``)."""
+        self._file_ids += 1
+        filetype = name.rpartition(".")[2].lower() if "." in name else "binary"
+        return SlackFile(
+            f"F0KEEL{self._file_ids:04d}", name, mimetype, filetype, content, user,
+            int(time.time()), check_file_info,
+        )
+
+    def refuse(self, method: str, code: str, **extra: str) -> None:
+        """Make ``method`` answer ``{"ok": false, "error": code, **extra}`` from now on."""
+        self.refusals[method] = (code, extra)
+
+    def file(self, file_id: str) -> SlackFile | None:
+        found = (f for m in self.messages for f in m.files if f.file_id == file_id)
+        return next(found, None)
 
     def find(self, channel: str, ts: str) -> SlackMessage | None:
         return next((m for m in self.messages if m.channel == channel and m.ts == ts), None)
@@ -169,6 +229,9 @@ def _message_json(state: SlackState, message: SlackMessage, *, metadata: bool) -
         body["thread_ts"] = message.thread_ts
         root = state.find(message.channel, message.thread_ts)
         body["parent_user_id"] = root.user if root else message.user
+    if message.files:
+        body["files"] = [_listed_file_json(state, f) for f in message.files]
+        body["upload"] = False
     if message.reactions:
         # Slack returns reactions on messages although the 2021 description leaves them out.
         body["reactions"] = [
@@ -204,7 +267,7 @@ def _required(args: Args, name: str, missing: str = "invalid_arguments") -> str:
 
 def _channel(state: SlackState, args: Args) -> str:
     channel = _required(args, "channel", "channel_not_found")
-    if channel not in state.channels:
+    if channel not in state.channels and channel not in state.ims:
         raise SlackError("channel_not_found")
     return channel
 
@@ -368,6 +431,74 @@ def reactions_add(state: SlackState, args: Args) -> Args:
     return {"ok": True}
 
 
+def _file_json(state: SlackState, file: SlackFile) -> Args:
+    private = f"{state.base_url}/files-pri/{state.team_id}-{file.file_id}/{file.name}"
+    download = f"{state.base_url}/files-pri/{state.team_id}-{file.file_id}/download/{file.name}"
+    return {
+        "id": file.file_id,
+        "created": file.created,
+        "timestamp": file.created,
+        "name": file.name,
+        "title": file.name,
+        "mimetype": file.mimetype,
+        "filetype": file.filetype,
+        "pretty_type": file.filetype.upper(),
+        "user": file.user,
+        "editable": False,
+        "size": len(file.content),
+        "mode": "hosted",
+        "is_external": False,
+        "external_type": "",
+        "is_public": False,
+        "public_url_shared": False,
+        "display_as_bot": False,
+        "username": "",
+        "url_private": private,
+        "url_private_download": download,
+        "permalink": f"https://keel-emulated.slack.com/files/{file.user}/{file.file_id}/{file.name}",
+        "has_rich_preview": False,
+    }
+
+
+def _listed_file_json(state: SlackState, file: SlackFile) -> Args:
+    if file.check_file_info:
+        return {"id": file.file_id, "file_access": "check_file_info", "created": file.created}
+    return _file_json(state, file)
+
+
+def _in_range(message: SlackMessage, args: Args) -> bool:
+    """Slack's ``oldest``/``latest`` window; ``inclusive`` keeps the bounds themselves."""
+    inclusive = _flag(args.get("inclusive"))
+    ts = float(message.ts)
+    if args.get("oldest") not in (None, ""):
+        oldest = float(args["oldest"])
+        if ts < oldest or (ts == oldest and not inclusive):
+            return False
+    if args.get("latest") not in (None, ""):
+        latest = float(args["latest"])
+        if ts > latest or (ts == latest and not inclusive):
+            return False
+    return True
+
+
+def _cursor(ts: str) -> str:
+    # Slack's cursors are opaque; its own decode to "next_ts:<ts>", and so do these.
+    return base64.b64encode(f"next_ts:{ts}".encode()).decode()
+
+
+def _after_cursor(args: Args) -> str | None:
+    cursor = args.get("cursor")
+    if cursor in (None, ""):
+        return None
+    try:
+        decoded = base64.b64decode(str(cursor), validate=True).decode()
+    except ValueError as e:
+        raise SlackError("invalid_cursor") from e
+    if not decoded.startswith("next_ts:"):
+        raise SlackError("invalid_cursor")
+    return decoded.removeprefix("next_ts:")
+
+
 def conversations_replies(state: SlackState, args: Args) -> Args:
     channel = _channel(state, args)
     thread = state.thread(channel, _required(args, "ts", "thread_not_found"))
@@ -375,11 +506,84 @@ def conversations_replies(state: SlackState, args: Args) -> Args:
         raise SlackError("thread_not_found")
     root, replies = thread[0], thread[1:]
     with_metadata = _flag(args.get("include_all_metadata"))
-    messages = [_root_json(state, root, replies)]
-    if with_metadata and root.metadata is not None:
-        messages[0]["metadata"] = root.metadata
-    messages += [_message_json(state, m, metadata=with_metadata) for m in replies]
-    return {"ok": True, "messages": messages, "has_more": False}
+    listed = [m for m in thread if _in_range(m, args)]
+    start = _after_cursor(args)
+    if start is not None:
+        listed = [m for m in listed if float(m.ts) >= float(start)]
+    limit = max(1, min(int(args.get("limit") or 1000), 1000))
+    page, rest = listed[:limit], listed[limit:]
+    messages = []
+    for message in page:
+        if message is root:
+            body = _root_json(state, root, replies)
+            if with_metadata and root.metadata is not None:
+                body["metadata"] = root.metadata
+        else:
+            body = _message_json(state, message, metadata=with_metadata)
+        messages.append(body)
+    answer: Args = {"ok": True, "messages": messages, "has_more": bool(rest)}
+    if rest:
+        answer["response_metadata"] = {"next_cursor": _cursor(rest[0].ts)}
+    return answer
+
+
+def conversations_info(state: SlackState, args: Args) -> Args:
+    channel = _channel(state, args)
+    if channel in state.ims:
+        return {"ok": True, "channel": _im_json(channel, state.ims[channel])}
+    name = state.channels[channel]
+    return {
+        "ok": True,
+        "channel": {
+            "id": channel,
+            "name": name,
+            "name_normalized": name,
+            "created": 1449252889,
+            "creator": state.bot_user_id,
+            "is_archived": False,
+            "is_channel": True,
+            "is_general": name == "general",
+            "is_group": False,
+            "is_im": False,
+            "is_member": True,
+            "is_mpim": False,
+            "is_org_shared": False,
+            "is_private": False,
+            "is_shared": False,
+            "topic": {"value": "", "creator": "", "last_set": 0},
+            "purpose": {"value": "", "creator": "", "last_set": 0},
+        },
+    }
+
+
+def _im_json(channel: str, user: str) -> Args:
+    return {
+        "id": channel,
+        "created": 1449252889,
+        "is_im": True,
+        "is_org_shared": False,
+        "user": user,
+        "priority": 0,
+        "is_user_deleted": False,
+    }
+
+
+def chat_get_permalink(state: SlackState, args: Args) -> Args:
+    channel = _channel(state, args)
+    message = state.find(channel, _required(args, "message_ts", "message_not_found"))
+    if message is None:
+        raise SlackError("message_not_found")
+    link = f"https://keel-emulated.slack.com/archives/{channel}/p{message.ts.replace('.', '')}"
+    if message.thread_ts is not None and message.thread_ts != message.ts:
+        link += f"?thread_ts={message.thread_ts}&cid={channel}"
+    return {"ok": True, "channel": channel, "permalink": link}
+
+
+def files_info(state: SlackState, args: Args) -> Args:
+    file = state.file(_required(args, "file", "file_not_found"))
+    if file is None:
+        raise SlackError("file_not_found")
+    return {"ok": True, "file": _file_json(state, file), "comments": []}
 
 
 def users_info(state: SlackState, args: Args) -> Args:
@@ -419,6 +623,9 @@ METHODS: dict[str, Callable[[SlackState, Args], Args]] = {
     "chat.update": chat_update,
     "reactions.add": reactions_add,
     "conversations.replies": conversations_replies,
+    "conversations.info": conversations_info,
+    "chat.getPermalink": chat_get_permalink,
+    "files.info": files_info,
     "users.info": users_info,
 }
 # Methods whose answer depends on who calls: they are given the caller's token.
@@ -477,6 +684,10 @@ async def _answer(state: SlackState, method: str, request: Request) -> Args:
     _check_workspace(state, args, token)
     state.token_uses.append((method, token))
     await gate_of(request.scope).enter(method)
+    if method in state.refusals:
+        code, extra = state.refusals[method]
+        raise SlackError(code, **extra)
+    state.base_url = str(request.base_url).rstrip("/")
     caller = CALLER_METHODS.get(method)
     return caller(state, args, token) if caller else METHODS[method](state, args)
 
@@ -531,6 +742,19 @@ def _authorize_page(state: SlackState, request: Request) -> Response:
     )
 
 
+_LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Keel Emulated</body></html>"
+
+
+async def _download(state: SlackState, request: Request, file_id: str) -> Response:
+    """A file's bytes for a valid bearer token; like Slack, a login page (HTML) otherwise."""
+    token = _token(request, {})
+    file = state.file(file_id)
+    if token not in state.tokens or file is None:
+        return HTMLResponse(_LOGIN_PAGE)
+    await gate_of(request.scope).enter("files.download")
+    return Response(file.content, media_type=file.mimetype)
+
+
 def create_slack_app(state: SlackState) -> FastAPI:
     """The emulator app; serve it with ``adapters.emulators.server.serve``."""
     app = FastAPI(title="Slack Web API emulator")
@@ -545,7 +769,14 @@ def create_slack_app(state: SlackState) -> FastAPI:
         try:
             return JSONResponse(await _answer(state, method, request))
         except SlackError as e:
-            return JSONResponse({"ok": False, "error": e.code})
+            return JSONResponse({"ok": False, "error": e.code, **e.extra})
+        except FaultRaised as raised:
+            return _fault_response(raised)
+
+    @app.get("/files-pri/{team_file}/download/{name}")
+    async def download(team_file: str, name: str, request: Request) -> Response:
+        try:
+            return await _download(state, request, team_file.partition("-")[2])
         except FaultRaised as raised:
             return _fault_response(raised)
 

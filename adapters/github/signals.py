@@ -75,6 +75,7 @@ class _Issue(_Payload):
     number: Number
     title: str
     body: str | None = None
+    html_url: str | None = None
     labels: tuple[_Label, ...] = ()
     performed_via_github_app: _App | None = None
 
@@ -82,6 +83,7 @@ class _Issue(_Payload):
 class _Comment(_Payload):
     id: int
     body: str | None = None
+    html_url: str | None = None
     performed_via_github_app: _App | None = None
 
 
@@ -93,6 +95,7 @@ class _PullRequest(_Payload):
     number: Number
     title: str
     body: str | None = None
+    html_url: str | None = None
     labels: tuple[_Label, ...] = ()
     head: _Ref
 
@@ -176,6 +179,8 @@ class _Facts:
     branch: str | None = None
     labels: tuple[str, ...] = ()
     ci: CiRun | None = None
+    comment_id: int | None = None  # the comment the Signal is, inside its issue or pull
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +248,7 @@ def _issue_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | 
         actor=actor,
         said=said,
         dedupe_key=f"github:{comment.id}:{parsed.action}",
-        facts=_Facts(labels=_names(issue.labels)),
+        facts=_Facts(labels=_names(issue.labels), comment_id=comment.id, url=comment.html_url),
     )
 
 
@@ -261,7 +266,7 @@ def _issue_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | I
         actor=_actor(parsed.sender, delivery.identity, issue.performed_via_github_app),
         said=said,
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
-        facts=_Facts(labels=_names(issue.labels)),
+        facts=_Facts(labels=_names(issue.labels), url=issue.html_url),
     )
 
 
@@ -279,7 +284,7 @@ def _review_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal |
         said=_said(comment.body or "", delivery.trigger),
         # Review comments and issue comments are numbered separately, so the kind is in the key.
         dedupe_key=f"github:review_comment:{comment.id}:{parsed.action}",
-        facts=_Facts(),
+        facts=_Facts(comment_id=comment.id, url=comment.html_url),
     )
 
 
@@ -296,7 +301,7 @@ def _pr_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Igno
         actor=_actor(parsed.sender, delivery.identity, None),
         said=_said(_title_and_body(pull.title, pull.body), delivery.trigger),
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
-        facts=_Facts(branch=pull.head.ref, labels=_names(pull.labels)),
+        facts=_Facts(branch=pull.head.ref, labels=_names(pull.labels), url=pull.html_url),
     )
 
 
@@ -379,7 +384,15 @@ def _signal(
         branch=facts.branch,
         labels=facts.labels,
         ci=facts.ci,
+        message=_message(thread_ref, facts.comment_id),
+        url=facts.url,
     )
+
+
+def _message(thread_ref: ThreadRef, comment_id: int | None) -> ThreadRef | None:
+    if comment_id is None or not isinstance(thread_ref, GitHubIssue):
+        return None
+    return thread_ref.comment(comment_id)
 
 
 def _actor(sender: _User, identity: GitHubIdentity, via_app: _App | None) -> Actor:

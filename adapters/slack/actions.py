@@ -96,8 +96,7 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
         provider="slack",
         delivery_id=click_id(click.team.id, where.channel_id, action.action_ts, person.id),
         kind="action",
-        # The clicked message: intake finds its task, and the 🛑 lands on it.
-        thread_ref=thread.message(where.message_ts),
+        thread_ref=thread,
         objective_key=str(thread),
         actor=Actor(
             id=person.id,
@@ -115,6 +114,8 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
             f":{person.id}:{action.action_ts}"
         ),
         event_action="block_actions",
+        # The clicked message: intake finds its task, and the 🛑 lands on it.
+        message=thread.message(where.message_ts),
     )
 
 
@@ -142,7 +143,7 @@ def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clo
 async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestResult) -> None:
     text = _REFUSALS.get(result.reason or "") if result.decision == "drop" else None
     where = click.thread_ref
-    if text is None or not isinstance(where, SlackThread):
+    if text is None or not isinstance(where, SlackThread):  # the thread, by its root
         return
     try:
         client = await clients.client(where.team)

@@ -156,15 +156,13 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
     if isinstance(classified, Ignored):
         return classified
     kind, addressed = classified
-    root = SlackThread(ctx.team, message.channel, message.thread_ts or message.ts)
-    # A reply names itself inside the thread: that is where the 👀 goes.
-    thread = root.message(message.ts) if message.ts != root.thread_ts else root
+    thread = SlackThread(ctx.team, message.channel, message.thread_ts or message.ts)
     return Signal(
         provider="slack",
         delivery_id=ctx.event_id,
         kind=kind,
         thread_ref=thread,
-        objective_key=str(root),
+        objective_key=str(thread),
         actor=actor,
         text=_strip_leading_mention(text, mention),
         addresses_bot=addressed,
@@ -173,6 +171,8 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
         received_at=ctx.received_at,
         dedupe_key=f"slack:{ctx.team}:{message.channel}:{message.ts}",
         event_action=message.type,
+        # The message itself: the brief reads it back, and the 👀 goes on it.
+        message=thread.message(message.ts),
     )
 
 
@@ -251,6 +251,7 @@ def _from_reaction(event: dict[str, Any], ctx: _Context) -> Signal | Ignored:
         ),
         event_action="reaction_added",
         reaction=reaction.reaction,
+        message=thread.message(item.ts),
     )
 
 

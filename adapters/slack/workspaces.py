@@ -47,6 +47,10 @@ class SingleWorkspace:
         self._identity = identity
         self.removed = False
 
+    @property
+    def own_identity(self) -> SlackIdentity:
+        return self._identity
+
     async def identity(self, team_id: str | None) -> SlackIdentity | None:
         return None if self.removed else self._identity
 

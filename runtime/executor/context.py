@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from runtime.brief.port import Briefing
 from runtime.clock import Clock
 from runtime.config import AgentConfig
 from runtime.executor.faults import FaultPlan
@@ -118,6 +119,7 @@ class ExecutorContext:
     clock: Clock
     reporter: Reporter = field(default_factory=SilentReporter)
     context_sources: tuple[ContextSource, ...] = ()
+    briefing: Briefing = field(default_factory=Briefing)
     workspace_for: WorkspaceResolver = _no_workspace
     # Resident agents (a daemon's role): agent name -> idle lifetime in seconds. Their final
     # answer parks the task for the next mailbox item instead of ending it.

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.errors import Permanent, Retryable, StaleWrite
+from runtime.executor import brief
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
@@ -49,13 +50,12 @@ async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition
     sections = [agent.instructions]
     for source in ctx.context_sources:
         sections.extend(await source.sections(task))
+    item = await brief.brief_item(task, ctx)
     now = ctx.clock.now()
 
     def write(session: Transaction) -> None:
-        payload = {"type": "user_text", "text": task.message}
-        runs.add_transcript_item(
-            session, task.task_id, tx.task_key(task.task_id), "user", "message", payload, now
-        )
+        if item is not None:
+            runs.add_transcript_items(session, task.task_id, [item], now)
         ctx.reporter.on_phase(session, task, "load_context", "reading the request")
 
     state = {**run.state, "system": "\n\n".join(s for s in sections if s)}
@@ -74,6 +74,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     if not messages:
         return goto(run, "call_model")
     template = ctx.agent(task.agent).mailbox_template
+    who = await brief.senders(ctx, messages)
     now = ctx.clock.now()
 
     items = [
@@ -83,7 +84,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
             "mailbox",
             {
                 "type": "user_text",
-                "text": tx.render_mailbox(template, message),
+                "text": tx.render_mailbox(template, message, who[message.message_id]),
                 "message_id": message.message_id,
                 "seq": message.seq,
             },

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runtime.brief.model import Sender
 from runtime.models.base import (
     AssistantText,
     ConversationItem,
+    ImagePart,
     Reasoning,
     ToolCallItem,
     ToolResultItem,
@@ -17,8 +19,9 @@ from runtime.store.records import MailboxMessage
 from runtime.store.runs import TranscriptEntry
 
 
-def task_key(task_id: str) -> str:
-    return f"task:{task_id}"
+def brief_key(task_id: str) -> str:
+    """The task brief: the first user item, built once, never elided from the model's view."""
+    return f"brief:{task_id}"
 
 
 def mailbox_key(message_id: str) -> str:
@@ -37,12 +40,20 @@ def model_key(turn: int, index: int) -> str:
     return f"model:{turn}:{index}"
 
 
-def render_mailbox(template: str, message: MailboxMessage) -> str:
+def render_mailbox(template: str, message: MailboxMessage, sender: Sender) -> str:
     """The agent's versioned template; the raw text if rendering fails."""
+    via = f"{sender.name} ({sender.url})" if sender.url else sender.name
     try:
-        return template.format(text=message.text)
+        return template.format(
+            text=message.text, sender=via, author=sender.name, url=sender.url or ""
+        )
     except (KeyError, IndexError, ValueError):
         return message.text
+
+
+def sender_part(message: MailboxMessage) -> dict[str, Any]:
+    """What intake recorded about who wrote ``message`` (empty for older messages)."""
+    return next((dict(p) for p in message.parts if p.get("type") == "sender"), {})
 
 
 def to_conversation(entries: Sequence[TranscriptEntry]) -> tuple[ConversationItem, ...]:
@@ -52,7 +63,11 @@ def to_conversation(entries: Sequence[TranscriptEntry]) -> tuple[ConversationIte
 def _to_item(payload: dict[str, Any]) -> ConversationItem | None:
     match payload.get("type"):
         case "user_text":
-            return UserText(str(payload["text"]))
+            images = tuple(
+                ImagePart(str(i["media_type"]), str(i["data"]), str(i.get("name", "")))
+                for i in payload.get("images") or ()
+            )
+            return UserText(str(payload["text"]), images)
         case "assistant_text":
             return AssistantText(str(payload["text"]))
         case "reasoning":

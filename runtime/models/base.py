@@ -7,8 +7,18 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image shown to a model that reads images: base64 ``data`` of ``media_type``."""
+
+    media_type: str
+    data: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class UserText:
     text: str
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from runtime.errors import Permanent, Retryable
 from runtime.models.base import (
     AssistantText,
+    ImagePart,
     ModelRequest,
     ModelResponse,
     Reasoning,
@@ -237,14 +238,22 @@ def _wire_call(call: ToolCallItem) -> dict[str, Any]:
 
 def _input_message(item: UserText | ToolResultItem) -> dict[str, Any]:
     match item:
-        case UserText(text=text):
+        case UserText(text=text, images=()):
             return {"role": "user", "content": text}
+        case UserText(text=text, images=images):
+            parts = [{"type": "text", "text": text}, *(_image_part(i) for i in images)]
+            return {"role": "user", "content": parts}
         case ToolResultItem(call_id=call_id, output=output, is_error=is_error):
             # The wire format has no error flag; the model still needs to know the call failed.
             content = f"[tool error] {output}" if is_error else output
             return {"role": "tool", "tool_call_id": call_id, "content": content}
         case _:
             assert_never(item)
+
+
+def _image_part(image: ImagePart) -> dict[str, Any]:
+    url = f"data:{image.media_type};base64,{image.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _function_tool(tool: ToolSpec) -> dict[str, Any]:

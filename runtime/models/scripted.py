@@ -10,6 +10,7 @@ scripts:
   - match: "fix the failing test"
     turns:
       - expect_seen: ["<mailbox_update>"]   # else ScriptMismatch
+        expect_images: ["screenshot.png"]   # image parts by name, else ScriptMismatch
         wait_seen: ["CI passed"]            # else Retryable: call again later
         reasoning: "The test is red."
         say: "I will run the tests."
@@ -62,6 +63,7 @@ class ScriptedTurn:
     tool_calls: tuple[ScriptedCall, ...] = ()
     expect_seen: tuple[str, ...] = ()
     wait_seen: tuple[str, ...] = ()
+    expect_images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,15 @@ def _check_seen(script: Script, request: ModelRequest, turn: ScriptedTurn) -> No
             f"{script.label} turn {request.turn} expected to see {missing!r} in a user message "
             f"or tool result, but none of the {len(seen)} contains it"
         )
+    shown = {
+        image.name for item in request.items if isinstance(item, UserText) for image in item.images
+    }
+    unseen = [name for name in turn.expect_images if name not in shown]
+    if unseen:
+        raise ScriptMismatch(
+            f"{script.label} turn {request.turn} expected image parts {unseen!r}; the request "
+            f"has {sorted(shown) or 'none'}"
+        )
 
 
 def _visible_texts(items: Sequence[ConversationItem]) -> Iterator[str]:
@@ -193,6 +204,7 @@ class _CallSpec(_Strict):
 class _TurnSpec(_Strict):
     expect_seen: list[str] = Field(default_factory=list)
     wait_seen: list[str] = Field(default_factory=list)
+    expect_images: list[str] = Field(default_factory=list)
     reasoning: str | None = None
     say: str | None = None
     tool_calls: list[_CallSpec] = Field(default_factory=list)
@@ -231,6 +243,7 @@ def _script(spec: _ScriptSpec) -> Script:
             tool_calls=tuple(ScriptedCall(call.name, call.args) for call in turn.tool_calls),
             expect_seen=tuple(turn.expect_seen),
             wait_seen=tuple(turn.wait_seen),
+            expect_images=tuple(turn.expect_images),
         )
         for turn in spec.turns
     )

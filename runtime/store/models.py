@@ -230,6 +230,9 @@ class SignalRow(Base):
     received_at: Mapped[datetime] = mapped_column(UtcDateTime)
     # While pending: the route to carry out, as routing serialised it.
     plan: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # The message itself inside its thread, and its link: what the task brief starts from.
+    message_ref: Mapped[str | None] = mapped_column(String(300))
+    url: Mapped[str | None] = mapped_column(Text)
 
 
 class RouteAttemptRow(Base):

@@ -40,6 +40,8 @@ class SignalFacts:
     actor: Mapping[str, Any]
     text: str
     received_at: datetime
+    message_ref: ThreadRef | None = None
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,8 @@ class SignalRecord:
     task_id: TaskId | None
     received_at: datetime
     plan: Mapping[str, Any] | None = None
+    message_ref: ThreadRef | None = None
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +267,8 @@ def to_record(row: SignalRow) -> SignalRecord:
         task_id=TaskId(row.task_id) if row.task_id else None,
         received_at=row.received_at,
         plan=MappingProxyType(dict(row.plan)) if row.plan is not None else None,
+        message_ref=thread_of(row.message_ref),
+        url=row.url,
     )
 
 
@@ -285,6 +291,8 @@ def _insert(
         "task_id": verdict.task_id,
         "received_at": facts.received_at,
         "plan": dict(verdict.plan) if verdict.plan is not None else None,
+        "message_ref": text_of(facts.message_ref),
+        "url": facts.url,
     }
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     statement = dialect.insert(SignalRow).values(values).on_conflict_do_nothing()

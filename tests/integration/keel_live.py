@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from sqlalchemy import func, select
 
 from adapters.config import AppConfig, build_config
@@ -66,8 +67,17 @@ def live_config(
 ) -> AppConfig:
     secrets = DemoSecrets(SIGNING_SECRET, BOT_TOKEN, GITHUB_TOKEN, WEBHOOK_SECRET)
     tree = demo_tree(workdir, db_url, slack_url, github_url, bare, secrets)
+    _without_report(Path(tree["model"]["script"]))
     tree["worker"] = {"concurrency": 2, "poll_interval_s": 0.1, "lease_seconds": 5}
     return build_config(merge(tree, extra), env={})
+
+
+def _without_report(script: Path) -> None:
+    """The demo's script, less its first turn's demand for the report posted before the
+    mention: these suites mention Keel in fresh threads of their own."""
+    data = yaml.safe_load(script.read_text())
+    data["scripts"][0]["turns"][0].pop("expect_seen")
+    script.write_text(yaml.safe_dump(data))
 
 
 @dataclass

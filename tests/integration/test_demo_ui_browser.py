@@ -1,4 +1,5 @@
-"""The demo's task page in headless Chromium: tool rows, the mailbox message, the evidence."""
+"""The demo's task page in headless Chromium: the task brief, tool rows, the mailbox message,
+the evidence."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ async def test_demo_task_page_shows_tools_mailbox_and_evidence_in_chromium(
             await page.goto(f"{keel_url}/ui/tasks/{task_id}")
             seen["tools"] = await page.locator(".tool-row").all_inner_texts()
             seen["mailbox"] = await page.locator(".mailbox-message").all_inner_texts()
+            seen["brief"] = await page.locator(".kind-brief").all_inner_texts()
             seen["evidence"] = await page.locator(".evidence-item").all_inner_texts()
             await page.screenshot(path=str(tmp_path / "demo-task.png"), full_page=True)
             await browser.close()
@@ -40,6 +42,8 @@ async def test_demo_task_page_shows_tools_mailbox_and_evidence_in_chromium(
         assert name in tools
     assert len(seen["mailbox"]) == 1  # type: ignore[arg-type]
     assert "public API" in str(seen["mailbox"])
+    [brief] = seen["brief"]  # type: ignore[misc]
+    assert "task brief" in brief and "CI on main is red since this morning" in brief
     evidence = " ".join(map(str, seen["evidence"]))  # type: ignore[call-overload]
     assert "pull_request" in evidence or "PR" in evidence
     assert "verified" in evidence

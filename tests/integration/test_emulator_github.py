@@ -21,7 +21,7 @@ from github import Auth, BadCredentialsException, Github, GithubException, Githu
 
 from adapters.emulators.contract import GitHubContract, load_github_contract
 from adapters.emulators.github import create_github_app
-from adapters.emulators.github_state import GitHubState
+from adapters.emulators.github_state import GitHubState, PullFile
 from adapters.emulators.server import serve
 from adapters.emulators.webhooks import (
     deliver_github_event,
@@ -492,3 +492,59 @@ def test_signed_delivery_carries_given_delivery_id_when_redelivered() -> None:
     first = sign_github("ping", load_github_example("ping/ping"), "s", delivery_id="d-1")
 
     assert first.headers["X-GitHub-Delivery"] == "d-1"
+
+
+# -- what the task brief reads ----------------------------------------------------------------
+
+
+def _pull_with_review(github: GitHub) -> tuple[int, int, int]:
+    state = github.state
+    hunk = "@@ -1,2 +1,2 @@\n-a\n+b"
+    files = (PullFile("app.py", "modified", 1, 1, hunk), PullFile("big.bin", "added", 0, 0, None))
+    number = state.add_pull(REPO, "Change a to b", "Fixes #1", user="alice", head="ab", files=files)
+    first = state.add_review_comment(
+        REPO, number, "why b?", user="alice", path="app.py", line=1, diff_hunk=hunk
+    )
+    reply = state.add_review_comment(
+        REPO, number, "because", user="alice", path="app.py", line=1, diff_hunk=hunk,
+        in_reply_to=first,
+    )
+    return number, first, reply
+
+
+def test_pull_files_match_spec_and_read_back_through_pygithub(
+    github: GitHub, contract: GitHubContract
+) -> None:
+    number, _, _ = _pull_with_review(github)
+
+    wire = github.raw("GET", f"/repos/{REPO}/pulls/{number}/files")
+    files = list(github.client().get_repo(REPO).get_pull(number).get_files())
+
+    contract.validate("/repos/{owner}/{repo}/pulls/{pull_number}/files", "get", 200, wire.json())
+    assert [(f.filename, f.additions, f.deletions) for f in files] == [
+        ("app.py", 1, 1),
+        ("big.bin", 0, 0),
+    ]
+    assert files[0].patch == "@@ -1,2 +1,2 @@\n-a\n+b" and "patch" not in wire.json()[1]
+
+
+def test_review_comments_match_spec_and_name_their_thread(
+    github: GitHub, contract: GitHubContract
+) -> None:
+    number, first, reply = _pull_with_review(github)
+
+    one = github.raw("GET", f"/repos/{REPO}/pulls/comments/{reply}")
+    listed = github.raw("GET", f"/repos/{REPO}/pulls/{number}/comments")
+    pull = github.client().get_repo(REPO).get_pull(number)
+
+    contract.validate("/repos/{owner}/{repo}/pulls/comments/{comment_id}", "get", 200, one.json())
+    contract.validate(
+        "/repos/{owner}/{repo}/pulls/{pull_number}/comments", "get", 200, listed.json()
+    )
+    read = pull.get_review_comment(reply)
+    assert (read.path, read.line, read.in_reply_to_id) == ("app.py", 1, first)
+    assert [c.body for c in pull.get_review_comments()] == ["why b?", "because"]
+
+
+def test_review_comment_404_when_it_does_not_exist(github: GitHub) -> None:
+    assert github.raw("GET", f"/repos/{REPO}/pulls/comments/999999").status_code == 404

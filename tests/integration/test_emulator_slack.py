@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 from fastapi import FastAPI, Request
@@ -365,3 +366,108 @@ async def test_deliver_sends_all_at_once_when_concurrently() -> None:
 def test_contract_rejects_response_when_it_breaks_the_schema(contract: SlackContract) -> None:
     with pytest.raises(jsonschema.ValidationError):
         contract.validate("chat.postMessage", {"ok": True, "channel": CHANNEL, "ts": "1.2"})
+
+
+# -- what the task brief reads ----------------------------------------------------------------
+
+
+def _with_files(schema: dict[str, Any], contract: SlackContract) -> dict[str, Any]:
+    """The 2021 reply schema leaves out ``files`` (and ``upload``) that file_share messages
+    carry (see the corpus event message.file_share); allow exactly those, as Slack's files."""
+    files = {"type": "array", "items": contract.definition("objs_file")}
+    extra = {"files": files, "upload": {"type": "boolean"}}
+    return {**schema, "properties": {**schema["properties"], **extra}}
+
+
+def _with_paging(contract: SlackContract, method: str) -> dict[str, Any]:
+    """The 2021 description leaves ``response_metadata`` out of conversations.replies, but
+    Slack's own example of the method (corpus web-api-examples/conversations.replies.json)
+    pages with it; allow exactly that, in the description's "new paging style"."""
+    schema = contract.response_schema(method)
+    paging = contract.definition("objs_response_metadata")["items"][0]
+    return {**schema, "properties": {**schema["properties"], "response_metadata": paging}}
+
+
+def test_conversations_replies_pages_with_cursor_when_thread_is_longer_than_limit(
+    slack: Slack, contract: SlackContract
+) -> None:
+    root = slack.state.seed_message(CHANNEL, "root", user=ALICE)
+    for n in range(6):
+        slack.state.seed_message(CHANNEL, f"reply {n}", user=ALICE, thread_ts=root)
+    client, texts, cursor, pages = slack.client(), [], None, 0
+    while True:
+        page = client.conversations_replies(channel=CHANNEL, ts=root, limit=3, cursor=cursor)
+        contract.validate_schema(_with_paging(contract, "conversations.replies"), page.data)
+        texts += [m["text"] for m in page["messages"]]
+        pages += 1
+        cursor = (page.get("response_metadata") or {}).get("next_cursor")
+        if not page["has_more"]:
+            break
+    assert pages == 3 and texts == ["root"] + [f"reply {n}" for n in range(6)]
+
+
+def test_conversations_replies_stops_at_latest_when_inclusive(slack: Slack) -> None:
+    root = slack.state.seed_message(CHANNEL, "root", user=ALICE)
+    asked = slack.state.seed_message(CHANNEL, "the request", user=ALICE, thread_ts=root)
+    slack.state.seed_message(CHANNEL, "later", user=ALICE, thread_ts=root)
+
+    page = slack.client().conversations_replies(
+        channel=CHANNEL, ts=root, latest=asked, inclusive=True
+    )
+
+    assert [m["text"] for m in page["messages"]] == ["root", "the request"]
+
+
+def test_shared_files_match_spec_and_download_only_with_the_token(
+    slack: Slack, contract: SlackContract
+) -> None:
+    state = slack.state
+    root = state.seed_message(CHANNEL, "root", user=ALICE)
+    shared = state.new_file("trace.txt", "text/plain", b"KeyError: 'sku'\n", user=ALICE)
+    state.seed_message(CHANNEL, "see trace", user=ALICE, thread_ts=root, files=[shared])
+
+    replies = slack.client().conversations_replies(channel=CHANNEL, ts=root)
+    info = slack.client().files_info(file=shared.file_id)
+
+    reply_schema = contract.response_schema("conversations.replies")["properties"]["messages"][
+        "items"
+    ]["items"][1]
+    contract.validate_schema(_with_files(reply_schema, contract), replies["messages"][1])
+    contract.validate("files.info", info.data)
+    url = replies["messages"][1]["files"][0]["url_private_download"]
+    assert url == info["file"]["url_private_download"] and TOKEN not in url
+    authorised = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    anonymous = httpx.get(url)
+    assert (authorised.status_code, authorised.content) == (200, b"KeyError: 'sku'\n")
+    assert anonymous.headers["content-type"].startswith("text/html")  # Slack's sign-in page
+
+
+def test_conversations_info_and_permalink_match_spec_when_asked(
+    slack: Slack, contract: SlackContract
+) -> None:
+    root = slack.state.seed_message(CHANNEL, "root", user=ALICE)
+    reply = slack.state.seed_message(CHANNEL, "reply", user=ALICE, thread_ts=root)
+
+    info = slack.client().conversations_info(channel=CHANNEL)
+    link = slack.client().chat_getPermalink(channel=CHANNEL, message_ts=reply)
+
+    contract.validate("conversations.info", info.data)
+    channel_schema = contract.definition("objs_conversation")["items"][0]
+    contract.validate_schema(channel_schema, info["channel"])
+    contract.validate("chat.getPermalink", link.data)
+    assert info["channel"]["name"] == "general"
+    assert link["permalink"].endswith(f"?thread_ts={root}&cid={CHANNEL}")
+    slack.state.add_im("D0KEELDM01", ALICE)
+    im = slack.client().conversations_info(channel="D0KEELDM01")
+    contract.validate_schema(contract.definition("objs_conversation")["items"][2], im["channel"])
+    assert im["channel"]["is_im"] is True
+
+
+def test_refused_method_answers_missing_scope_with_the_needed_scope(slack: Slack) -> None:
+    slack.state.refuse("conversations.info", "missing_scope", needed="channels:read")
+
+    with pytest.raises(SlackApiError) as raised:
+        slack.client().conversations_info(channel=CHANNEL)
+
+    assert raised.value.response["error"] == "missing_scope"
+    assert raised.value.response["needed"] == "channels:read"

@@ -23,9 +23,12 @@ async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
     slack, github = result.slack, result.github
     assert slack is not None and github is not None
 
-    mention = slack.thread(CHANNEL, slack.messages[0].ts)[0]
-    assert mention.reactions == {"eyes": [slack.bot_user_id]}  # exactly one 👀
-    bot = [m for m in slack.thread(CHANNEL, mention.ts) if m.bot_id]
+    root = slack.thread(CHANNEL, slack.messages[0].ts)[0]
+    said = [m for m in slack.thread(CHANNEL, root.ts) if not m.bot_id]
+    reactions = [m.reactions for m in said]
+    # The 👀 sits on each message Keel took (the mention, the follow-up), not on the report.
+    assert reactions == [{}, {"eyes": [slack.bot_user_id]}, {"eyes": [slack.bot_user_id]}]
+    bot = [m for m in slack.thread(CHANNEL, root.ts) if m.bot_id]
     assert len(bot) == 2  # one progress message and one completion reply
     progress, completion = bot
     assert progress.edited and progress.text.startswith("⏳")
@@ -50,11 +53,14 @@ async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
     pushed = branch_head(tmp_path / "origin" / "acme" / "shop.git", "keel/fix-add")
     assert commit.detail["sha"] == pushed
     keys = [e.item_key for e in entries]
+    # The brief is the first item: the report posted before Keel was asked, by name.
+    assert keys[0] == f"brief:{result.task_id}" and entries[0].kind == "brief"
+    assert "dana: CI on main is red since this morning" in entries[0].payload["text"]
     mailbox = [i for i, k in enumerate(keys) if k.startswith("mbx:")]
     assert len(mailbox) == 1
     assert mailbox[0] < keys.index("model:2:0")
     rendered = entries[mailbox[0]].payload["text"]
-    assert rendered.startswith("<mailbox_update>") and "public API" in rendered
+    assert rendered.startswith("<mailbox_update>\nFrom dana (https://") and "public API" in rendered
 
 
 async def test_same_job_runs_end_to_end_over_socket_mode(db_url: str, tmp_path: Path) -> None:

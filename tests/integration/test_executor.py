@@ -87,7 +87,9 @@ async def test_mailbox_message_is_rendered_and_incorporated_once_when_appended(
                 "turns": [
                     {"tool_calls": [_call("sleep", seconds=0.3)]},
                     {
-                        "expect_seen": ["<mailbox_update>\nonly on Safari\n</mailbox_update>"],
+                        "expect_seen": [
+                            "<mailbox_update>\nFrom someone:\nonly on Safari\n</mailbox_update>"
+                        ],
                         "say": "done",
                     },
                 ]

@@ -104,8 +104,9 @@ def test_every_section_has_defaults_when_config_is_empty() -> None:
     assert list(config.agents) == ["default"]
     assert config.agents["default"].limits.max_turns == 30
     assert config.agents["default"].mailbox_template == (
-        "<mailbox_update>\n{text}\n</mailbox_update>"
+        "<mailbox_update>\nFrom {sender}:\n{text}\n</mailbox_update>"
     )
+    assert (config.context.max_chars, config.model.vision) == (24_000, False)
     assert config.routing.stop_words == ("stop", "cancel")
     assert (config.worker.concurrency, config.worker.lease_seconds) == (4, 30)
     assert config.server.body_limit_bytes == 1024 * 1024
@@ -130,6 +131,7 @@ def test_every_section_has_defaults_when_config_is_empty() -> None:
             "workspace.repositories.acme/w.reff: unknown key",
         ),
         ({"slack": {"enabled": True}}, "slack.enabled: unknown key"),
+        ({"context": {"max_char": 5000}}, "context.max_char: unknown key"),
     ],
 )
 def test_unknown_key_names_its_dotted_path_when_misspelt_at_any_depth(
@@ -158,6 +160,9 @@ def test_unknown_key_names_its_path_when_loaded_from_a_file(tmp_path: Path) -> N
         ({"agents": {"a": {"mailbox_template": "no placeholder"}}}, "agents.a.mailbox_template"),
         ({"slack": "on"}, "slack"),
         ({"database": {"url": "mysql://127.0.0.1/keel"}}, "database.url"),
+        ({"context": {"max_chars": 100}}, "context.max_chars"),
+        ({"context": {"fetch_attempts": 0}}, "context.fetch_attempts"),
+        ({"model": {"vision": "sometimes"}}, "model.vision"),
     ],
 )
 def test_wrong_value_names_the_key_when_type_or_choice_is_invalid(

@@ -183,10 +183,10 @@ def _assert_well_formed(result: Signal | Ignored, provider: str) -> None:
     assert result.provider == provider
     assert result.kind in SIGNAL_KINDS
     thread = result.thread_ref
-    # A conversation on the provider's own surface (a Slack reply also names itself in it),
-    # that reads back as itself.
-    assert (thread.surface, str(thread.root)) == (provider, result.objective_key)
+    # A whole conversation on the provider's own surface, that reads back as itself.
+    assert (thread.surface, thread.root) == (provider, thread)
     assert parse_thread(str(thread)) == thread
+    assert result.objective_key == str(thread)
     assert result.dedupe_key.startswith(f"{provider}:")
     assert result.delivery_id
     assert result.received_at == NOW
@@ -277,11 +277,9 @@ def test_dedupe_key_collides_when_slack_resends_under_a_new_event_id() -> None:
 
 def test_thread_reply_names_the_root_and_itself_when_message_is_in_a_thread() -> None:
     signal = _slack_signal(_slack("message.in-thread.channel.json"))
-    # The objective is the thread; the reference names the reply too (the 👀 goes there).
-    assert signal.objective_key == "slack:T111/C111/1726133698.626339"
-    assert signal.thread_ref == SlackThread(
-        "T111", "C111", "1726133698.626339", "1726133700.887259"
-    )
+    # The thread is the objective; the message is the reply itself (the 👀 goes there).
+    assert signal.thread_ref == SlackThread("T111", "C111", "1726133698.626339")
+    assert signal.message == signal.thread_ref.message("1726133700.887259")
     assert signal.dedupe_key == "slack:T111:C111:1726133700.887259"
     assert not signal.addresses_bot
 

@@ -1,8 +1,8 @@
 """Slack for real teams: sealed installations and OAuth states, buttons on outbox posts,
 and finding a post by where it landed.
 
-Revision ID: 0006_slack
-Revises: 0005_threads
+Revision ID: 0007_slack
+Revises: 0006_brief
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from alembic import op
 
 from runtime.store.models import AutoId, UtcDateTime
 
-revision = "0006_slack"
-down_revision = "0005_threads"
+revision = "0007_slack"
+down_revision = "0006_brief"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,180 @@
+"""The task brief at task start: gathered once, rendered within the size bound, and stored as
+one transcript item ``brief:<task_id>`` (kind ``brief``), which is never rebuilt once stored.
+
+``load_context`` calls ``brief_item`` in the worker, never on the webhook path. A fetch that
+fails is named in the brief by the adapters; a failure of the whole gathering leaves a brief
+with what the stored Signal says. Either way the task starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from runtime.brief import files
+from runtime.brief.model import Download, Gathered, Origin, Sender
+from runtime.brief.port import Briefing
+from runtime.brief.render import FileNote, render
+from runtime.errors import KeelError
+from runtime.executor import transcript as tx
+from runtime.executor.context import ExecutorContext
+from runtime.models.base import ImagePart
+from runtime.store import runs, signals
+from runtime.store.engine import Transaction
+from runtime.store.records import MailboxMessage, Task
+
+log = logging.getLogger(__name__)
+
+KIND = "brief"
+_LABELS = (
+    "Requested by", "Came from", "Link", "Thread", "Repository", "Issue", "Pull request",
+    "Delegated by", "Task",
+)
+_ORDER = {label: index for index, label in enumerate(_LABELS)}
+_CREATION_KEY = "signal:"
+
+
+async def brief_item(task: Task, ctx: ExecutorContext) -> runs.NewItem | None:
+    """The brief's transcript item, or None when it is stored already."""
+    key = tx.brief_key(task.task_id)
+    if await ctx.db.read(lambda s: _stored(s, task.task_id, key)):
+        return None
+    origin = await ctx.db.read(lambda s: origin_of(s, task))
+    gathered = await gather(ctx.briefing, origin)
+    ctx.faults.hit("brief:gathered")
+    notes, shown = await _files(task, ctx, gathered.downloads)
+    brief = with_origin(gathered, origin, task)
+    payload: dict[str, Any] = {
+        "type": "user_text",
+        "text": render(brief, notes, ctx.briefing.settings.max_chars),
+        "missing": list(brief.missing),
+    }
+    if shown:
+        payload["images"] = [
+            {"media_type": i.media_type, "data": i.data, "name": i.name} for i in shown.values()
+        ]
+    return runs.NewItem(key, "user", KIND, payload)
+
+
+async def _files(
+    task: Task, ctx: ExecutorContext, downloads: Sequence[Download]
+) -> tuple[dict[str, FileNote], dict[str, ImagePart]]:
+    """Downloaded files saved in the workspace; the images a model that reads images sees."""
+    if not downloads:
+        return {}, {}
+    workspace = await _workspace(task, ctx)
+    notes = await asyncio.to_thread(files.save, workspace, downloads)
+    settings = ctx.briefing.settings
+    shown = (
+        files.images(downloads, max_images=settings.max_images, max_bytes=settings.max_image_bytes)
+        if ctx.briefing.vision
+        else {}
+    )
+    for file_id in shown:
+        notes[file_id] = replace(notes.get(file_id, FileNote()), shown=True)
+    return notes, shown
+
+
+async def gather(briefing: Briefing, origin: Origin) -> Gathered:
+    if briefing.source is None or origin.provider is None:
+        return Gathered()
+    limit = briefing.settings.gather_timeout_s
+    try:
+        async with asyncio.timeout(limit):
+            return await briefing.source.gather(origin)
+    except TimeoutError:
+        return Gathered(missing=(f"the {origin.provider} context: took longer than {limit:g}s",))
+    except Exception as e:  # boundary: gathering context never fails the task
+        log.exception("gathering the brief of task %s failed", origin.task_id)
+        return Gathered(missing=(f"the {origin.provider} context: {type(e).__name__}: {e}",))
+
+
+def with_origin(gathered: Gathered, origin: Origin, task: Task) -> Gathered:
+    """The adapters' facts over what the stored Signal says; the task's message as the
+    request unless the adapters rendered it better."""
+    facts = dict(_signal_facts(origin, task))
+    facts.update(gathered.facts)
+    if "Link" in facts:
+        facts.pop("Thread", None)  # the link says where, in a form people can open
+    ordered = sorted(facts.items(), key=lambda fact: _ORDER.get(fact[0], len(_ORDER)))
+    return replace(gathered, facts=tuple(ordered), request=gathered.request or origin.text)
+
+
+def _signal_facts(origin: Origin, task: Task) -> list[tuple[str, str]]:
+    facts = []
+    if origin.actor_name or origin.actor_id:
+        facts.append(("Requested by", str(origin.actor_name or origin.actor_id)))
+    if origin.provider is not None:
+        kind = (origin.kind or "message").replace("_", " ")
+        facts.append(("Came from", f"{origin.provider.capitalize()} {kind}"))
+    if origin.thread is not None:
+        facts.append(("Thread", str(origin.thread)))
+    if origin.repo is not None:
+        facts.append(("Repository", origin.repo))
+    if task.parent_id is not None:
+        facts.append(("Delegated by", f"task {task.parent_id}"))
+    facts.append(("Task", task.task_id))
+    return facts
+
+
+def origin_of(session: Transaction, task: Task) -> Origin:
+    """The Signal that started ``task`` (its creation key names it), if one did."""
+    record = None
+    key = task.child_key or ""
+    if task.parent_id is None and key.startswith(_CREATION_KEY):
+        record = signals.get_signal(session, key.removeprefix(_CREATION_KEY))
+    if record is None:
+        return Origin(task.task_id, task.message, repo=task.repo)
+    actor_id = record.actor.get("id")
+    actor_name = record.actor.get("name")
+    return Origin(
+        task_id=task.task_id,
+        text=task.message,
+        provider=record.provider,
+        kind=record.kind,
+        thread=record.thread_ref,
+        message=record.message_ref,
+        url=record.url,
+        repo=task.repo,
+        actor_id=str(actor_id) if actor_id is not None else None,
+        actor_name=str(actor_name) if actor_name is not None else None,
+    )
+
+
+def _stored(session: Transaction, task_id: str, key: str) -> bool:
+    return any(entry.item_key == key for entry in runs.transcript(session, task_id))
+
+
+async def _workspace(task: Task, ctx: ExecutorContext) -> Path | None:
+    try:
+        return await ctx.workspace_for(task)
+    except KeelError as e:
+        log.warning("no workspace for the files of task %s: %s", task.task_id, e)
+        return None
+
+
+# -- follow-ups -----------------------------------------------------------------------------
+
+
+async def senders(ctx: ExecutorContext, messages: Sequence[MailboxMessage]) -> dict[str, Sender]:
+    """Each follow-up's author by display name, and its link where it has one."""
+    return {m.message_id: await _sender(ctx, m) for m in messages}
+
+
+async def _sender(ctx: ExecutorContext, message: MailboxMessage) -> Sender:
+    part = tx.sender_part(message)
+    url = part.get("url")
+    known = Sender(str(part.get("name") or message.author or "someone"), str(url) if url else None)
+    source = ctx.briefing.source
+    if source is None or not part:
+        return known
+    try:
+        async with asyncio.timeout(ctx.briefing.settings.request_timeout_s * 2):
+            return await source.sender(part)
+    except Exception:  # boundary: a name lookup never holds up the follow-up itself
+        log.warning("could not resolve the sender of message %s", message.message_id)
+        return known

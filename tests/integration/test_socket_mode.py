@@ -201,5 +201,6 @@ async def test_button_click_over_socket_mode_is_acknowledged_after_the_sink(both
     [(outcome, _, delivery, kind)] = both.sink.accepted
     assert isinstance(outcome, Signal) and (outcome.kind, outcome.command) == ("action", "stop")
     assert outcome.objective_key == "slack:T111/C111/1.000100"
-    assert str(outcome.thread_ref) == "slack:T111/C111/1.000100:1.000200"
+    assert str(outcome.thread_ref) == "slack:T111/C111/1.000100"
+    assert str(outcome.message) == "slack:T111/C111/1.000100:1.000200"  # the clicked post
     assert (delivery, kind) == ("action:T111:C111:2.000300:U222", "block_actions")

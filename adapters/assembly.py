@@ -168,8 +168,9 @@ class Keel:
             self.github = GitHubClient.from_config(cfg.github)
             self.surfaces["github"] = GitHubSurface(self.github)
             self.router.permissions = CachedPermissions(self.github)
-        identity = self.slack.single_identity if self.slack is not None else None
-        self.briefing = build_briefing(cfg, identity)
+        self.briefing = build_briefing(
+            cfg, self.slack.workspaces if self.slack is not None else None
+        )
         self._build_executor()
 
     def _build_executor(self) -> None:

@@ -14,13 +14,11 @@ from urllib.parse import urlsplit
 from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
 from adapters.github.context import GitHubContext
-from adapters.slack.context import SlackContext
-from adapters.slack.files import SlackFiles
-from adapters.slack.signals import SlackIdentity
-from adapters.slack.surface import slack_client
+from adapters.slack.context import SlackReaders
+from adapters.slack.workspaces import SlackClients
 from runtime.brief.model import Gathered, Origin, Sender
 from runtime.brief.port import Briefing
-from runtime.threads import GitHubCommit, GitHubIssue, SlackThread
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, parse_thread
 
 _LINK = re.compile(
     r"https?://(?P<host>[^/\s]+)/(?P<repo>[\w.-]+/[\w.-]+)/(?:issues|pull)/(?P<number>\d+)"
@@ -47,7 +45,7 @@ def github_links(texts: Iterable[str], hosts: frozenset[str]) -> list[tuple[str,
 class ThreadContext:
     def __init__(
         self,
-        slack: SlackContext | None,
+        slack: SlackReaders | None,
         github: GitHubContext | None,
         *,
         github_hosts: frozenset[str] = frozenset({"github.com"}),
@@ -75,16 +73,20 @@ class ThreadContext:
                 assert_never(origin.thread)
 
     async def sender(self, part: Mapping[str, Any]) -> Sender:
-        if part.get("provider") == "slack" and self.slack is not None:
-            return await self.slack.sender(part)
+        message = parse_thread(str(part["message"])) if part.get("message") else None
+        if part.get("provider") == "slack" and isinstance(message, SlackThread) and self.slack:
+            reader = await self.slack.for_team(message.team)
+            if reader is not None:
+                return await reader.sender(part)
         if self.github is not None:
             return await self.github.sender(part)
         return Sender(str(part.get("name") or part.get("id") or "someone"))
 
     async def _slack(self, origin: Origin, thread: SlackThread) -> Gathered:
-        if self.slack is None:
-            return Gathered(missing=("the Slack thread: Slack is not connected",))
-        found = await self.slack.gather(origin, thread)
+        reader = await self.slack.for_team(thread.team) if self.slack is not None else None
+        if reader is None:
+            return Gathered(missing=("the Slack thread: Slack is not connected here",))
+        found = await reader.gather(origin, thread)
         missing = list(found.missing)
         facts = list(found.facts)
         if origin.repo:
@@ -107,19 +109,14 @@ class ThreadContext:
         return f"{repo} (checked out at {ref})" if ref else repo
 
 
-def build_briefing(config: AppConfig, slack_identity: SlackIdentity | None) -> Briefing:
+def build_briefing(config: AppConfig, slack_clients: SlackClients | None) -> Briefing:
     """What the worker fetches for a task's brief, on clients of its own (shorter timeouts
     than the posting clients, so a slow thread cannot hold a worker long)."""
     settings = config.context
     timeout = max(1, round(settings.request_timeout_s))
     slack = None
-    # With OAuth (several workspaces) there is no one token to read threads with: the brief
-    # goes without Slack context there (a known gap of #17).
-    if config.slack.enabled and slack_identity is not None and config.slack.bot_token:
-        token = config.slack.bot_token.get_secret_value()
-        files = SlackFiles(token, config.slack.api_url, settings)
-        client = slack_client(config.slack, timeout_s=timeout)
-        slack = SlackContext(client, slack_identity, files, settings)
+    if slack_clients is not None:
+        slack = SlackReaders(slack_clients, config.slack.api_url, settings)
     github = None
     if config.github.enabled:
         reader = GitHubClient.from_config(config.github, timeout_s=timeout)

@@ -19,7 +19,6 @@ from adapters.config import SlackConfig
 from adapters.slack.app import SLACK_INSTALL_PATH, SLACK_REDIRECT_PATH, SlackEvents
 from adapters.slack.bolt import build_bolt_app
 from adapters.slack.installations import DatabaseStateStore, SealedInstallationStore, Sealer
-from adapters.slack.signals import SlackIdentity
 from adapters.slack.socket_mode import SlackSocketMode
 from adapters.slack.surface import fetch_slack_identity, slack_client
 from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace
@@ -54,13 +53,6 @@ class SlackConnection:
         flow = _oauth_flow(config, workspaces, db, clock, public_url)
         bolt = build_bolt_app(workspaces, sink, clock, api_url=config.api_url, oauth_flow=flow)
         return cls(config, workspaces, bolt, clock)
-
-    @property
-    def single_identity(self) -> SlackIdentity | None:
-        """Our bot in the one workspace of single-token mode (None with OAuth)."""
-        if isinstance(self.workspaces, SingleWorkspace):
-            return self.workspaces.own_identity
-        return None
 
     def http_routes(self) -> SlackEvents | None:
         """The signed HTTP routes, unless events come over Socket Mode."""

@@ -26,6 +26,7 @@ from adapters.slack.files import SlackFiles, file_ref
 from adapters.slack.markup import mentioned_users, plain_text
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import call_slack
+from adapters.slack.workspaces import SlackClients, web_client
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Download, Gathered, Origin, Post, Section, Sender
 from runtime.config import ContextConfig
@@ -55,6 +56,47 @@ class NameCache:
         self.names[user_id] = (self.clock(), name)
 
 
+class SlackReaders:
+    """A ``SlackContext`` for each workspace, on that workspace's own bot token.
+
+    With OAuth Keel is installed in several workspaces, and a thread can be read only with
+    the token of the workspace it is in (a rotated token is picked up on the next read).
+    The brief reads on clients of its own, with the brief's shorter timeout.
+    """
+
+    def __init__(
+        self,
+        clients: SlackClients,
+        api_url: str,
+        settings: ContextConfig,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.clients = clients
+        self.api_url = api_url
+        self.settings = settings
+        self.clock = clock
+        self._names: dict[str, NameCache] = {}
+
+    async def for_team(self, team_id: str) -> SlackContext | None:
+        """The reader of ``team_id``'s threads; None if Keel is not installed there."""
+        identity = await self.clients.identity(team_id)
+        if identity is None:
+            return None
+        token = (await self.clients.client(team_id)).token or ""
+        timeout = max(1, round(self.settings.request_timeout_s))
+        names = self._names.setdefault(
+            team_id, NameCache(self.settings.user_cache_ttl_s, self.clock)
+        )
+        return SlackContext(
+            web_client(token, self.api_url, timeout),
+            identity,
+            SlackFiles(token, self.api_url, self.settings),
+            self.settings,
+            cache=names,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Thread:
     messages: list[dict[str, Any]]
@@ -70,13 +112,14 @@ class SlackContext:
         settings: ContextConfig,
         *,
         clock: Clock = time.monotonic,
+        cache: NameCache | None = None,
     ) -> None:
         self.client = client
         self.identity = identity
         self.files = files
         self.settings = settings
         self.policy = RetryPolicy(attempts=settings.fetch_attempts)
-        self.cache = NameCache(settings.user_cache_ttl_s, clock)
+        self.cache = cache or NameCache(settings.user_cache_ttl_s, clock)
 
     async def gather(self, origin: Origin, thread: SlackThread) -> Gathered:
         asked = origin.message if isinstance(origin.message, SlackThread) else thread

@@ -11,7 +11,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
-from adapters.slack.context import SlackContext
+from adapters.slack.context import SlackContext, SlackReaders
 from adapters.slack.files import MAX_DOWNLOADS, SlackFiles
 from adapters.slack.signals import SlackIdentity
 from runtime.brief.model import Gathered, Origin
@@ -109,3 +109,56 @@ def test_direct_message_is_named_as_one(slack: tuple[SlackState, str]) -> None:
 
     assert ("Came from", "Slack, a direct message") in found.facts
     assert [p.text for s in found.sections for p in s.posts] == ["help"]
+
+
+class TwoWorkspaces:
+    """Our own ``SlackClients`` port: each workspace's client carries that workspace's token."""
+
+    def __init__(self, api: str, tokens: dict[str, str]) -> None:
+        self.api = api
+        self.tokens = tokens
+
+    async def client(self, team_id: str) -> AsyncWebClient:
+        return AsyncWebClient(token=self.tokens[team_id], base_url=self.api, retry_handlers=[])
+
+    async def identity(self, team_id: str | None) -> SlackIdentity | None:
+        if team_id not in self.tokens:
+            return None
+        return SlackIdentity(team_id, "U0KEELBOT1", "B0KEELBOT1", "A0KEELAPP1")
+
+
+def test_each_workspace_thread_is_read_with_that_workspace_token(
+    slack: tuple[SlackState, str],
+) -> None:
+    state, api = slack
+    other_team, other_channel, other_token = "T0TEAMB002", "C0TEAMBGEN", "xoxb-team-b"
+    state.add_channel(other_channel, "b-general", team_id=other_team)
+    state.add_token(other_token, other_team)
+    roots = {
+        IDENTITY.team_id: state.seed_message(CHANNEL, "A: cart is broken", user=ALICE),
+        other_team: state.seed_message(other_channel, "B: login is broken", user=ALICE),
+    }
+    readers = SlackReaders(
+        TwoWorkspaces(api, {IDENTITY.team_id: TOKEN, other_team: other_token}),
+        api,
+        ContextConfig(),
+    )
+
+    async def read(team: str, channel: str) -> Gathered:
+        reader = await readers.for_team(team)
+        assert reader is not None
+        thread = SlackThread(team, channel, roots[team])
+        origin = Origin(
+            task_id="t1", text="please look", provider="slack", kind="mention", thread=thread,
+            message=thread.message(roots[team]), actor_id=ALICE,
+        )
+        return await reader.gather(origin, thread)
+
+    found_b = asyncio.run(read(other_team, other_channel))
+    found_a = asyncio.run(read(IDENTITY.team_id, CHANNEL))
+    assert found_b.missing == () and found_a.missing == ()
+    assert "login is broken" in found_b.sections[0].posts[0].text
+    assert "cart is broken" in found_a.sections[0].posts[0].text
+    replies = [token for method, token in state.token_uses if method == "conversations.replies"]
+    assert set(replies) == {TOKEN, other_token}
+    assert asyncio.run(readers.for_team("T0NOTHERE0")) is None

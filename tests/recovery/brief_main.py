@@ -14,9 +14,9 @@ from pathlib import Path
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.briefing import ThreadContext
-from adapters.slack.context import SlackContext
-from adapters.slack.files import SlackFiles
+from adapters.slack.context import SlackReaders
 from adapters.slack.signals import SlackIdentity
+from adapters.slack.workspaces import SingleWorkspace
 from runtime.brief.port import Briefing
 from runtime.config import ContextConfig
 from tests.harness import build_stack
@@ -32,7 +32,7 @@ async def main(db_url: str, folder: Path, slack_url: str) -> None:
     settings = ContextConfig()
     api = f"{slack_url}/api/"
     client = AsyncWebClient(token=TOKEN, base_url=api, retry_handlers=[])
-    slack = SlackContext(client, IDENTITY, SlackFiles(TOKEN, api, settings), settings)
+    slack = SlackReaders(SingleWorkspace(client, IDENTITY), api, settings)
     stack.ctx.briefing = Briefing(ThreadContext(slack, None), settings)
     worker = stack.worker(concurrency=1)
     running = asyncio.create_task(worker.run())

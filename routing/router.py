@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.policy import RoutingPolicy
-from routing.signal import DropReason, Signal
+from routing.signal import ANSWER_ACTIONS, APPROVE_REACTIONS, DropReason, Signal
 from runtime.ids import TaskId
 from runtime.store.records import Task, TaskStatus
 from runtime.threads import ThreadRef
@@ -144,6 +144,11 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         if active is None:
             return Drop("not_addressed", "stop with no active task")
         return Stop(active)
+    if is_answer(signal):
+        # ✅, or a click on Approve / Reject: the task's waiting call reads it as a reply.
+        if active is None:
+            return Drop("not_addressed", f"{signal.text} with no active task")
+        return Append(active, key=signal.dedupe_key)
     if signal.kind in ("reaction", "action"):
         return Drop("not_addressed", f"a {signal.kind} is not a request")
     joins = active is not None and _joins(signal, active, policy)
@@ -180,3 +185,12 @@ def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:
     same = origin is not None and signal.thread_ref.root == origin.root
     in_own_thread = signal.kind in _REPLY_KINDS and same
     return policy.join_thread_replies and in_own_thread
+
+
+def is_answer(signal: Signal) -> bool:
+    """A reaction or click that answers a task's approval question."""
+    if signal.kind == "reaction":
+        return signal.reaction in APPROVE_REACTIONS
+    if signal.kind == "action":
+        return signal.text.split(" ", 1)[0] in ANSWER_ACTIONS
+    return False

@@ -41,6 +41,10 @@ DROP_REASONS: frozenset[str] = frozenset(get_args(DropReason))
 
 # Reaction names (Slack shortcodes) that mean "stop" as surely as the word does.
 STOP_REACTIONS: frozenset[str] = frozenset({"octagonal_sign"})
+# Reactions that approve the call a task is waiting on, as the reply ``approve`` would.
+APPROVE_REACTIONS: frozenset[str] = frozenset({"white_check_mark", "heavy_check_mark"})
+# Keel's buttons whose click is an answer to the task's question (approval before a write).
+ANSWER_ACTIONS: frozenset[str] = frozenset({"approve", "reject"})
 
 _COMMAND_WORDS: Mapping[str, Command] = MappingProxyType(
     {"stop": "stop", "cancel": "stop", "🛑": "stop", ":octagonal_sign:": "stop", "status": "status"}

@@ -158,6 +158,8 @@ def _has_text_placeholder(template: str) -> str:
 class AgentConfig(ConfigSection):
     instructions: str = DEFAULT_INSTRUCTIONS
     tools: Names = DEFAULT_AGENT_TOOLS
+    # Tools whose calls wait for a person's approve (or reject) before they start.
+    require_approval: Names = ()
     limits: AgentLimits = Field(default_factory=AgentLimits)
     mailbox_template: Annotated[str, AfterValidator(_has_text_placeholder)] = (
         DEFAULT_MAILBOX_TEMPLATE

@@ -2,10 +2,12 @@
 
 A click on a ``keel:<name>`` button becomes a Signal of kind ``action`` (``signal_from_click``,
 pure) and goes to the same sink as events: the Stop button stops the thread's task exactly
-as a 🛑 would, with the same authorisation. The click is acknowledged after the Signal is
-committed; a second click of the same button finds the stop already recorded, so the task
-stops once. A click Keel refuses (not allowed, or nothing left to stop) is answered with a
-message only the clicker sees (chat.postEphemeral), after the acknowledgement.
+as a 🛑 would, with the same authorisation; Approve and Reject under an approval question are
+the replies ``approve call=<id>`` / ``reject call=<id>``, naming the call they answer. The
+click is acknowledged after the Signal is committed; a second click of the same button finds
+the stop already recorded, so the task stops once. A click Keel refuses (not allowed, or
+nothing left to stop) is answered with a message only the clicker sees (chat.postEphemeral),
+after the acknowledgement.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from adapters.slack.surface import ACTION_PREFIX, call_slack
 from adapters.slack.workspaces import SlackClients
 from routing.intake import IngestResult
-from routing.signal import Actor, Ignored, Signal
+from routing.signal import ANSWER_ACTIONS, Actor, Ignored, Signal
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
 from runtime.threads import BadThreadRef, SlackThread
@@ -31,8 +33,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _REFUSALS = {
-    "unauthorised": "Sorry, you are not allowed to stop this task.",
-    "not_addressed": "There is nothing to stop here: this task has already finished.",
+    ("stop", "unauthorised"): "Sorry, you are not allowed to stop this task.",
+    ("stop", "not_addressed"): "There is nothing to stop here: this task has already finished.",
+    ("approve", "unauthorised"): (
+        "Sorry, you are not allowed to approve this; someone who may start tasks here can."
+    ),
+    ("reject", "unauthorised"): (
+        "Sorry, you are not allowed to reject this; someone who may start tasks here can."
+    ),
+    ("approve", "not_addressed"): "There is nothing to approve: this task has already finished.",
+    ("reject", "not_addressed"): "There is nothing to reject: this task has already finished.",
 }
 
 
@@ -104,7 +114,8 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
             is_bot=False,
             is_self=False,
         ),
-        text=name,
+        # An answer names the call it answers, so a late click never approves another call.
+        text=f"{name} call={action.value}" if name in ANSWER_ACTIONS else name,
         addresses_bot=True,
         command="stop" if name == "stop" else None,
         links=(),
@@ -141,7 +152,8 @@ def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clo
 
 
 async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestResult) -> None:
-    text = _REFUSALS.get(result.reason or "") if result.decision == "drop" else None
+    refusal = (click.text.split(" ", 1)[0], result.reason or "")
+    text = _REFUSALS.get(refusal) if result.decision == "drop" else None
     where = click.thread_ref
     if text is None or not isinstance(where, SlackThread):  # the thread, by its root
         return

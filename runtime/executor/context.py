@@ -31,6 +31,7 @@ Phase = Literal[
     "report_stopped",
     "waiting",
     "await_input",
+    "await_approval",
     "done",
 ]
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from runtime.executor import approval
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.phases import goto, limit_reached, turns_used
@@ -54,6 +55,10 @@ async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
         return goto(run, "await_tools")
     limits = ctx.agent(task.agent).limits
     batch = pending[: limits.fanout]
+    cleared = approval.unapproved(run, task, ctx, batch)
+    if cleared == 0:
+        return await approval.ask(run, task, ctx, batch[0])
+    batch = batch[:cleared]
     ids = [c.call_id for c in batch]
     deadline = await ctx.db.run(lambda s: _mark_unless_stopped(s, task, ctx, ids))
     if deadline is None:

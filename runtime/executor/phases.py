@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.errors import Permanent, Retryable, StaleWrite
-from runtime.executor import brief
+from runtime.executor import approval, brief
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
@@ -68,11 +68,14 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     limits = ctx.agent(task.agent).limits
     if ctx.clock.now() - activation_since(run, task) > timedelta(seconds=limits.max_wall_seconds):
         return limit_reached(run, "max_wall_seconds", limits.max_wall_seconds)
-    if task.mailbox_seq <= run.mailbox_position:
-        return goto(run, "call_model")
-    messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
+    # Replies read while a call waited for approval are shown now, after its result.
+    position = approval.replay_position(run)
+    state = approval.after_turn(run.state)
+    if task.mailbox_seq <= position:
+        return goto(run, "call_model", state=state)
+    messages = await ctx.scheduler.read_mailbox(task.task_id, after=position)
     if not messages:
-        return goto(run, "call_model")
+        return goto(run, "call_model", state=state)
     template = ctx.agent(task.agent).mailbox_template
     who = await brief.senders(ctx, messages)
     now = ctx.clock.now()
@@ -95,7 +98,8 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     def write(session: Transaction) -> None:
         runs.add_transcript_items(session, task.task_id, items, now)
 
-    return goto(run, "call_model", mailbox_position=messages[-1].seq, writes=(write,))
+    last = max(messages[-1].seq, run.mailbox_position)
+    return goto(run, "call_model", state=state, mailbox_position=last, writes=(write,))
 
 
 async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:

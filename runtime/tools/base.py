@@ -106,3 +106,10 @@ class Cancellable(Protocol):
     async def cancel(
         self, handle: str | None, ctx: ToolContext, reason: str
     ) -> Stopped | Completed: ...
+
+
+@runtime_checkable
+class Previewable(Protocol):
+    """A tool that can say, before a call runs, what the call will do (for an approval)."""
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> str: ...

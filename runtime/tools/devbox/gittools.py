@@ -122,6 +122,23 @@ class GitPush:
     async def poll(self, handle: str, ctx: ToolContext) -> Completed:
         return refused(f"{handle!r}: git_push has no pending work to poll")
 
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """The branch, the commit and what it changes against the remote's default branch."""
+        prepared = prepare(PushArgs, args, ctx)
+        if isinstance(prepared, Completed):
+            return prepared.output
+        parsed, ws = prepared
+        sha, _ = await head(ws)
+        base = f"origin/{await remote_default_branch(ws)}"
+        log = await git(["log", "--oneline", "-n", "10", f"{base}..HEAD"], cwd=ws)
+        stat = await git(["diff", "--stat", f"{base}...HEAD"], cwd=ws)
+        lines = [f"push `{sha[:12]}` to branch `{parsed.branch}`"]
+        if log.ok and log.stdout.strip():
+            lines.append(f"commits:\n{log.stdout.strip()}")
+        if stat.ok and stat.stdout.strip():
+            lines.append(f"diff against {base}:\n{stat.stdout.rstrip()}")
+        return "\n".join(lines)
+
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         """Pushed if the remote branch points at the local HEAD."""
         prepared = prepare(PushArgs, args, ctx)

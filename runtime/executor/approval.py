@@ -1,0 +1,218 @@
+"""Approval before writes: a call to a tool named in ``agents.<name>.require_approval`` waits
+for a person's word before it starts.
+
+Before such a call is dispatched the task posts what it is about to do (the tool's
+``preview``, else its arguments) and parks in ``await_approval`` (``waiting``), the same shape
+as a budget's question: one outbox post keyed by the call (``approval:<call id>``), so a
+redelivered tick or a restarted worker never asks twice, and the answer is a mailbox item,
+so only what routing let through (an authorised reply, ✅ reaction or button click) counts.
+
+``approve`` lets exactly that call go ahead: its id joins the run's approved calls in the
+same commit that leaves the park, and dispatch then marks it ``dispatching`` once, as any
+call. ``reject <reason>`` settles the call, in that commit, with the reason as the result the
+model reads. Only replies written after the question count, and a button names its call, so
+an old approval never lets a later write through. The replies read while parked are shown
+to the model once the turn is over (``REPLAY``): a tool call's results must follow it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runtime.executor import transcript as tx
+from runtime.executor.context import ExecutorContext, Transition
+from runtime.store import runs
+from runtime.store.engine import Transaction
+from runtime.store.records import MailboxMessage, Task
+from runtime.store.runs import Run, ToolCallRecord
+from runtime.surfaces import Action
+from runtime.tools.base import Previewable, ToolContext
+
+# Run state: the open question, the calls approved so far, and where the mailbox stood
+# before the first question of this turn (check_scheduler reads on from there).
+ASK = "approval_ask"
+APPROVED = "approved_calls"
+REPLAY = "mailbox_replay_from"
+
+# A button's text names its call: "approve call=<call id>".
+CALL_MARK = "call="
+APPROVE_WORDS = frozenset({"approve", "approved", "✅", ":white_check_mark:", ":heavy_check_mark:"})
+REJECT_WORDS = frozenset({"reject", "rejected", "deny", "❌", ":x:"})
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    verdict: Literal["approve", "reject"]
+    reason: str = ""
+
+
+def approval_key(call_id: str) -> str:
+    return f"approval:{call_id}"
+
+
+def unapproved(run: Run, task: Task, ctx: ExecutorContext, calls: Sequence[ToolCallRecord]) -> int:
+    """Index of the first call in ``calls`` that must wait for approval; len(calls) if none."""
+    required = ctx.agent(task.agent).require_approval
+    approved = set(run.state.get(APPROVED) or ())
+    for index, call in enumerate(calls):
+        if call.name in required and call.call_id not in approved:
+            return index
+    return len(calls)
+
+
+async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Transition:
+    """Post what the call will do and park until someone answers."""
+    preview = await _preview(task, ctx, call)
+    body = ask_text(call, preview)
+    now = ctx.clock.now()
+
+    def post(session: Transaction) -> None:
+        if task.origin_thread_ref is not None:
+            runs.enqueue_post(
+                session,
+                task_id=task.task_id,
+                purpose="approval",
+                thread=task.origin_thread_ref,
+                key=approval_key(call.call_id),
+                action="post",
+                body=body,
+                now=now,
+                actions=approval_actions(call.call_id),
+            )
+        ctx.reporter.on_phase(session, task, "await_approval", f"waiting for approval: {call.name}")
+
+    question = {"call_id": call.call_id, "name": call.name, "after": task.mailbox_seq}
+    state = {**run.state, ASK: question}
+    state.setdefault(REPLAY, run.mailbox_position)
+    return Transition("await_approval", state, run.turn, run.mailbox_position, (post,), "wait")
+
+
+def approval_actions(call_id: str) -> tuple[Action, Action]:
+    """Approve and Reject buttons; a click is the reply, naming its call."""
+    return (
+        Action(name="approve", label="Approve", value=call_id, style="primary"),
+        Action(name="reject", label="Reject", value=call_id, style="danger"),
+    )
+
+
+def ask_text(call: ToolCallRecord, preview: str) -> str:
+    return (
+        f"✋ Approval needed before `{call.name}`:\n{preview}\n"
+        "Reply `approve` (or react ✅) to let exactly this go ahead, or `reject <reason>`."
+    )
+
+
+async def _preview(task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> str:
+    tool = ctx.tools_for(ctx.agent(task.agent)).get(call.name)
+    if isinstance(tool, Previewable):
+        workspace = await ctx.workspace_for(task)
+        tool_ctx = ToolContext(task.task_id, task.root_id, call.call_id, task.depth, workspace)
+        try:
+            return await tool.preview(call.args, tool_ctx)
+        except Exception as e:  # boundary: a failed preview still asks, with the arguments
+            return f"{describe_args(call.args)}\n(preview failed: {type(e).__name__}: {e})"
+    return describe_args(call.args)
+
+
+def describe_args(args: dict[str, Any]) -> str:
+    lines = []
+    for name, value in args.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"*{name}*: {_clip(text)}")
+    return "\n".join(lines) or "(no arguments)"
+
+
+def _clip(text: str, limit: int = 1500) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def await_approval(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    """Ticked by a reply, a stop, or a stale wake-up."""
+    if run.stop_requested:
+        return _goto(run, "dispatch_tools", run.state)  # it cancels the unstarted calls
+    question = dict(run.state.get(ASK) or {})
+    if not question or task.mailbox_seq <= run.mailbox_position:
+        return _goto(run, "await_approval", run.state, after="wait")
+    messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
+    if not messages:
+        return _goto(run, "await_approval", run.state, after="wait")
+    call_id = str(question["call_id"])
+    for message in messages:
+        answer = answer_of(message.text, call_id) if message.seq > int(question["after"]) else None
+        if answer is not None:
+            return _answered(run, task, ctx, question, message, answer)
+    return _goto(run, "await_approval", run.state, messages[-1].seq, after="wait")
+
+
+def _answered(
+    run: Run,
+    task: Task,
+    ctx: ExecutorContext,
+    question: dict[str, Any],
+    message: MailboxMessage,
+    answer: Answer,
+) -> Transition:
+    call_id, name = str(question["call_id"]), str(question["name"])
+    who = str(tx.sender_part(message).get("name") or message.author or "someone")
+    state = {k: v for k, v in run.state.items() if k != ASK}
+    now = ctx.clock.now()
+    if answer.verdict == "approve":
+        state[APPROVED] = [*(state.get(APPROVED) or ()), call_id]
+
+        def approved(session: Transaction) -> None:
+            ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} approved by {who}")
+
+        return _goto(run, "dispatch_tools", state, message.seq, writes=(approved,))
+    reason = answer.reason or "no reason given"
+    output = f"rejected: {who} did not approve this {name} call: {reason}. It was not run."
+
+    def rejected(session: Transaction) -> None:
+        result = {"output": output, "is_error": True}
+        runs.settle(session, task.task_id, call_id, outcome="rejected", result=result, now=now)
+        ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} rejected by {who}")
+
+    return _goto(run, "dispatch_tools", state, message.seq, writes=(rejected,))
+
+
+def answer_of(text: str, call_id: str) -> Answer | None:
+    """``approve`` or ``reject <reason>`` as the reply's first word (after any mention of us);
+    a button's ``call=<id>`` must name this call."""
+    words = [w for w in text.split() if not w.startswith(("<@", "@"))]
+    named = [w for w in words if w.startswith(CALL_MARK)]
+    if named and named[0].removeprefix(CALL_MARK) != call_id:
+        return None
+    words = [w for w in words if not w.startswith(CALL_MARK)]
+    first = words[0].lower().strip(".!?,:;`*_") if words else ""
+    if first in APPROVE_WORDS or (words and words[0] in APPROVE_WORDS):
+        return Answer("approve")
+    if first in REJECT_WORDS or (words and words[0] in REJECT_WORDS):
+        reason = " ".join(words[1:]).lstrip(":-— ").strip()
+        return Answer("reject", reason)
+    return None
+
+
+def replay_position(run: Run) -> int:
+    """Where check_scheduler reads the mailbox from: before any reply read while parked."""
+    replay = run.state.get(REPLAY)
+    return run.mailbox_position if replay is None else min(int(replay), run.mailbox_position)
+
+
+def after_turn(state: dict[str, Any]) -> dict[str, Any]:
+    """The run state once a turn's approvals are over."""
+    return {k: v for k, v in state.items() if k not in (ASK, APPROVED, REPLAY)}
+
+
+def _goto(
+    run: Run,
+    phase: Any,
+    state: dict[str, Any],
+    position: int | None = None,
+    writes: tuple[Any, ...] = (),
+    *,
+    after: Literal["continue", "wait"] = "continue",
+) -> Transition:
+    mailbox_position = run.mailbox_position if position is None else position
+    return Transition(phase, state, run.turn, mailbox_position, writes, after)

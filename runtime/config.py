@@ -167,6 +167,18 @@ class AgentConfig(ConfigSection):
     allow_network: bool = False
     allow_protected_push: bool = False
 
+    @field_validator("require_approval")
+    @classmethod
+    def _approves_its_own_tools(
+        cls, names: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        """A name the agent has no tool for is a typo that would guard nothing."""
+        tools = info.data.get("tools", ())
+        unknown = [name for name in names if name not in tools]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} is not one of the agent's tools")
+        return names
+
 
 def _default_agent_when_empty(agents: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
     return agents or {"default": AgentConfig()}

@@ -284,6 +284,15 @@ def test_configured_agents_replace_the_default_when_listed() -> None:
     assert config.agents["reviewer"].limits.max_turns == 30
 
 
+def test_require_approval_names_the_agents_own_tools_when_configured() -> None:
+    tree = {"agents": {"default": {"tools": "git_push, read_file", "require_approval": "git_push"}}}
+    assert build_config(tree, {}).agents["default"].require_approval == ("git_push",)
+
+    typo = {"agents": {"default": {"tools": "git_push", "require_approval": ["git_psuh"]}}}
+    with pytest.raises(ConfigError, match=r"agents\.default\.require_approval: .*git_psuh"):
+        build_config(typo, {})
+
+
 def test_github_uses_app_auth_when_app_credentials_are_complete() -> None:
     pem = "-----BEGIN RSA PRIVATE KEY-----\\nMIIB\\n-----END RSA PRIVATE KEY-----"
     tree = {
@@ -435,15 +444,17 @@ def test_config_is_immutable_when_loaded() -> None:
     ],
 )
 def test_removed_setting_is_an_unknown_key_when_an_old_config_has_it(tree: Any) -> None:
-    (section, body), = tree.items()
+    ((section, body),) = tree.items()
     (key,) = body
     assert problems_of(tree) == [f"{section}.{key}: unknown key"]
 
 
-
 def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> None:
-    (line,) = [x for x in describe(build_config({"server": {"metrics_public": True}}, {}))
-               if x.startswith("server:")]
+    (line,) = [
+        x
+        for x in describe(build_config({"server": {"metrics_public": True}}, {}))
+        if x.startswith("server:")
+    ]
     assert "/metrics public" in line
     assert "/metrics public" not in describe(build_config({}, {}))[1]
 

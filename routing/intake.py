@@ -38,19 +38,20 @@ from routing.router import (
     TaskView,
     decide,
 )
-from routing.signal import Ignored, Signal
+from routing.signal import FAILED_CONCLUSIONS, Ignored, Signal
 from runtime.clock import Clock, SystemClock
 from runtime.errors import KeelError, Retryable
 from runtime.executor.faults import FaultPlan
 from runtime.ids import SignalId, TaskId
 from runtime.reporting import ReportingPolicy, enqueue_ack
 from runtime.scheduler import AlreadyTerminal, Appended, Duplicate, NotFound, Scheduler
+from runtime.store import links
 from runtime.store import signals as store
 from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.outbox import enqueue_post
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, Admission, SignalFacts, SignalRecord, Verdict
-from runtime.threads import SlackThread, ThreadRef, text_of
+from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef, text_of
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,8 @@ class Router:
         """Store, decide and apply one delivery; a redelivery returns what the first became."""
         if isinstance(outcome, Ignored):
             return await self._ingest_ignored(outcome, provider, delivery_id, raw_kind)
-        signal = await self._with_permission(await self._in_its_thread(outcome))
+        signal = await self._in_its_thread(outcome)
+        signal = await self._with_permission(await self._in_its_objective(signal))
         facts = _facts(signal, provider, delivery_id)
         daemons = matching_daemons(signal, self.policy.daemons)
         keys = (signal.objective_key, *(d.objective_key for d in daemons))
@@ -219,6 +221,26 @@ class Router:
             thread_ref=thread,
             message=thread.message(item.target_ts),
         )
+
+    async def _in_its_objective(self, signal: Signal) -> Signal:
+        """A pull request a task opened, or a check on its current head, belongs to that
+        task's objective. A check's fact is (check, head SHA): one follow-up per failing
+        check and commit, however often it fails again there."""
+        thread = signal.thread_ref
+        match thread:
+            case GitHubIssue(repo=repo, number=number):
+                link = await self.db.read(lambda s: links.pull_link(s, repo, number))
+            case GitHubCommit(repo=repo, sha=sha) if signal.ci is not None:
+                link = await self.db.read(lambda s: links.link_of_head(s, repo, sha))
+            case _:
+                link = None
+        if link is None:
+            return signal
+        linked = replace(signal, objective_key=link.objective_key, linked=True)
+        if signal.ci is not None and signal.ci.conclusion in FAILED_CONCLUSIONS:
+            fact = f"github:ci:{thread}:{signal.ci.name}:failed"
+            linked = replace(linked, dedupe_key=fact)
+        return linked
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100
@@ -290,7 +312,10 @@ class Router:
             case NewTask(objective_key=objective, follows=follows):
                 follows_id = follows.task_id if follows else None
                 return Verdict(
-                    PENDING, label(route), follows_id, objective_key=objective,
+                    PENDING,
+                    label(route),
+                    follows_id,
+                    objective_key=objective,
                     plan=to_plan(route),
                 )
             case Daemon(objective_key=objective, task=task):
@@ -314,9 +339,7 @@ class Router:
         }
         return RoutingView(
             active_task=TaskView.of(own.active) if own and own.active else None,
-            latest_task=(
-                TaskView.of(own.latest_terminal) if own and own.latest_terminal else None
-            ),
+            latest_task=(TaskView.of(own.latest_terminal) if own and own.latest_terminal else None),
             is_duplicate=admission.is_duplicate,
             daemon_tasks=daemon_tasks,
         )
@@ -462,8 +485,12 @@ class Router:
         outcome: str,
     ) -> None:
         store.add_attempt(
-            session, record.signal_id, target_task_id=target, idempotency_key=key,
-            outcome=outcome, now=self.clock.now(),
+            session,
+            record.signal_id,
+            target_task_id=target,
+            idempotency_key=key,
+            outcome=outcome,
+            now=self.clock.now(),
         )
 
     async def _attempt(
@@ -492,9 +519,7 @@ class Router:
         reason: str | None,
         task_id: TaskId | None = None,
     ) -> IngestResult:
-        result = await self.db.run(
-            lambda s: self._settle_in(s, record, decision, reason, task_id)
-        )
+        result = await self.db.run(lambda s: self._settle_in(s, record, decision, reason, task_id))
         self.scheduler.wake()
         return result
 

@@ -13,11 +13,19 @@ from types import MappingProxyType
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.policy import RoutingPolicy
-from routing.signal import ANSWER_ACTIONS, APPROVE_REACTIONS, DropReason, Signal
+from routing.signal import (
+    ANSWER_ACTIONS,
+    APPROVE_REACTIONS,
+    FAILED_CONCLUSIONS,
+    DropReason,
+    Signal,
+)
 from runtime.ids import TaskId
 from runtime.store.records import Task, TaskStatus
 from runtime.threads import ThreadRef
 
+# Kinds that review a pull request: on a linked one they need no mention.
+_REVIEW_KINDS = frozenset({"review_comment", "review"})
 # Kinds in which a message sits in a conversation that may already have an owner.
 _REPLY_KINDS = frozenset({"thread_reply", "issue_comment", "review_comment"})
 
@@ -100,6 +108,10 @@ Route = Append | NewTask | Drop | Daemon | Stop
 
 
 def decide(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Route:
+    if signal.linked and signal.ci is not None:
+        # A check on the head of a pull request a task opened: that task's, even though our
+        # own push caused it.
+        return _linked_check(signal, view, policy)
     # Never answer ourselves: our own posts, pushes and CI runs come back as events.
     if policy.caused_by_us(signal):
         return Drop("self_generated", "caused by us")
@@ -151,8 +163,10 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         return Append(active, key=signal.dedupe_key)
     if signal.kind in ("reaction", "action"):
         return Drop("not_addressed", f"a {signal.kind} is not a request")
-    joins = active is not None and _joins(signal, active, policy)
-    if not (signal.addresses_bot or joins):
+    # A review on a pull request a task opened is for that task, mention or not.
+    review = signal.linked and signal.kind in _REVIEW_KINDS
+    joins = active is not None and (review or _joins(signal, active, policy))
+    if not (signal.addresses_bot or joins or review):
         return Drop("not_addressed", f"{signal.kind} without a mention")
     forced = policy.forced_new(signal.text)
     if forced is not None:
@@ -194,3 +208,24 @@ def is_answer(signal: Signal) -> bool:
     if signal.kind == "action":
         return signal.text.split(" ", 1)[0] in ANSWER_ACTIONS
     return False
+
+
+def _linked_check(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Route:
+    """A failed check on a linked pull request's current head: one follow-up per (check,
+    head SHA) (intake made that the fact, so a repeat is a duplicate); a pass is no news."""
+    ci = signal.ci
+    assert ci is not None
+    if ci.app_id is not None and ci.app_id in policy.self_app_ids:
+        return Drop("self_generated", "a check run by our app")
+    if view.is_duplicate:
+        return Drop("duplicate", f"{ci.name} already failed on this head")
+    if ci.conclusion not in FAILED_CONCLUSIONS:
+        return Drop("not_addressed", f"{ci.name}: {ci.conclusion}")
+    if view.active_task is not None:
+        return Append(view.active_task, key=signal.dedupe_key)
+    return NewTask(
+        objective_key=signal.objective_key,
+        message=signal.text,
+        agent=policy.default_agent,
+        follows=view.latest_task,
+    )

@@ -43,6 +43,10 @@ DROP_REASONS: frozenset[str] = frozenset(get_args(DropReason))
 STOP_REACTIONS: frozenset[str] = frozenset({"octagonal_sign"})
 # Reactions that approve the call a task is waiting on, as the reply ``approve`` would.
 APPROVE_REACTIONS: frozenset[str] = frozenset({"white_check_mark", "heavy_check_mark"})
+# Check conclusions that ask for a fix.
+FAILED_CONCLUSIONS: frozenset[str] = frozenset(
+    {"failure", "timed_out", "startup_failure", "action_required"}
+)
 # Keel's buttons whose click is an answer to the task's question (approval before a write).
 ANSWER_ACTIONS: frozenset[str] = frozenset({"approve", "reject"})
 
@@ -109,6 +113,9 @@ class Signal:
     reaction: str | None = None
     message: ThreadRef | None = None
     url: str | None = None
+    # The conversation is a pull request a task opened (or a check on its current head):
+    # intake set ``objective_key`` to that task's objective.
+    linked: bool = False
 
     @property
     def repo(self) -> str | None:

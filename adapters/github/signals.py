@@ -108,12 +108,20 @@ class _CheckSuiteRef(_Payload):
     head_branch: str | None = None
 
 
+class _CheckOutput(_Payload):
+    title: str | None = None
+    summary: str | None = None
+    text: str | None = None
+
+
 class _CheckRun(_Payload):
     name: str
     head_sha: CommitSha
     conclusion: str | None = None
     app: _App | None = None
     check_suite: _CheckSuiteRef | None = None
+    output: _CheckOutput | None = None
+    html_url: str | None = None
 
 
 class _CheckSuite(_Payload):
@@ -189,6 +197,7 @@ class _CiFacts:
     ci: CiRun
     head_sha: str
     branch: str | None
+    report: str = ""  # the check's own title, summary and text, bounded
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +319,8 @@ def _ci_result(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Igno
     if isinstance(found, Ignored):
         return found
     ci = found.ci
-    said = _Said(f"{ci.name}: {ci.conclusion} on {found.head_sha}", False, "")
+    text = f"{ci.name}: {ci.conclusion} on {found.head_sha}"
+    said = _Said(f"{text}\n{found.report}" if found.report else text, False, "")
     return _signal(
         delivery,
         found.common,
@@ -333,7 +343,7 @@ def _ci_facts(payload: Mapping[str, Any], event: str) -> _CiFacts | Ignored:
             check = run.check_run
             branch = check.check_suite.head_branch if check.check_suite else None
             ci = CiRun(check.name, check.conclusion, _app_id(check.app))
-            return _CiFacts(run, ci, check.head_sha, branch)
+            return _CiFacts(run, ci, check.head_sha, branch, _check_report(check))
         case "check_suite":
             suite = _parse(_CheckSuiteEvent, payload)
             if isinstance(suite, Ignored):
@@ -349,6 +359,25 @@ def _ci_facts(payload: Mapping[str, Any], event: str) -> _CiFacts | Ignored:
             found_run = flow.workflow_run
             ci = CiRun(found_run.name or "workflow_run", found_run.conclusion)
             return _CiFacts(flow, ci, found_run.head_sha, found_run.head_branch)
+
+
+REPORT_LIMIT = 4000
+
+
+def _check_report(check: _CheckRun) -> str:
+    """What the check said about itself: title, summary, and the tail of its text."""
+    output = check.output
+    if output is None:
+        return ""
+    parts = [p.strip() for p in (output.title, output.summary) if p and p.strip()]
+    if output.text and output.text.strip():
+        text = output.text.strip()
+        tail = text[-REPORT_LIMIT:]
+        parts.append(tail if len(tail) == len(text) else f"…{tail}")
+    if check.html_url:
+        parts.append(check.html_url)
+    report = "\n".join(parts)
+    return report[: REPORT_LIMIT * 2]
 
 
 def _app_id(app: _App | None) -> int | None:

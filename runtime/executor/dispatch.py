@@ -22,7 +22,7 @@ from runtime.executor import approval
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.phases import goto, limit_reached, turns_used
-from runtime.store import runs
+from runtime.store import links, runs
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskStatus
@@ -361,6 +361,7 @@ async def _settle(
         if won and completed is not None:
             for item in completed.evidence:
                 runs.add_evidence(session, task.task_id, task.root_id, call.call_id, item, now)
+                links.record_evidence(session, task.task_id, task.root_id, item, now)
 
     await ctx.settler.submit(write)
     ctx.faults.hit(f"settled:{call.call_id}")

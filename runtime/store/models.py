@@ -278,3 +278,19 @@ class OAuthStateRow(Base):
     state: Mapped[str] = mapped_column(String(200), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class PullLinkRow(Base):
+    """A pull request a task opened (or found), linked to the task's objective: its
+    conversation, reviews and the CI of its current head route to that objective."""
+
+    __tablename__ = "pull_links"
+    __table_args__ = (Index("ix_pull_links_head", "repo", "head_sha"),)
+    repo: Mapped[str] = mapped_column(String(200), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    objective_key: Mapped[str] = mapped_column(String(500))
+    task_id: Mapped[str] = mapped_column(String(40))
+    head_ref: Mapped[str] = mapped_column(String(300))
+    head_sha: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -130,6 +130,7 @@ MAINTAIN = replace(POLICY, github_min_permission="maintain")
 CUSTOM_STOP = replace(POLICY, stop_words=frozenset({"halt"}), stop_reaction="no_entry_sign")
 
 KEY = "slack:T1:C1:1700000000.000200"
+KEEL_BOT = Actor(id="102", name="keel-bot", is_bot=False, is_self=False)
 MESSAGE = "it only happens in Safari"
 
 
@@ -276,6 +277,23 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
      make_signal(kind="action", text="reject call=c1", addresses_bot=True, actor=MALLORY),
      BUSY, POLICY, Drop("unauthorised")),
     ("another reaction is no answer", reaction("tada"), BUSY, POLICY, Drop("not_addressed")),
+    # -- a pull request a task opened (intake marked the signal linked)
+    ("review comment on a linked pull request needs no mention",
+     github_comment(kind="review_comment", linked=True), BUSY, POLICY,
+     Append(ACTIVE, "github:9001:created")),
+    ("review comment on an unlinked pull request needs a mention",
+     github_comment(kind="review_comment"), BUSY, POLICY, Drop("not_addressed")),
+    ("review comment on a linked pull request after its task ended",
+     github_comment(kind="review_comment", linked=True, objective_key=str(THREAD)), FINISHED,
+     POLICY, NewTask(str(THREAD), "please keep the public API unchanged", follows=DONE)),
+    ("failed check on a linked head", ci_result(linked=True, actor=KEEL_BOT), BUSY, POLICY,
+     Append(ACTIVE, "github:delivery:d-ci")),
+    ("passing check on a linked head", ci_result(linked=True, ci=CiRun("lint", "success")),
+     BUSY, POLICY, Drop("not_addressed")),
+    ("the same check failing again on a linked head", ci_result(linked=True),
+     RoutingView(active_task=ACTIVE, is_duplicate=True), POLICY, Drop("duplicate")),
+    ("a linked check run by our own app", ci_result(linked=True, ci=CiRun("k", "failure", 4242)),
+     BUSY, POLICY, Drop("self_generated")),
     # -- daemons
     ("daemon claims a failed check run", ci_result(), EMPTY, DAEMONS,
      Daemon("ci-doctor", "fixer", "daemon:ci-doctor")),

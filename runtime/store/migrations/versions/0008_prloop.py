@@ -1,0 +1,37 @@
+"""Pull requests linked to the objective of the task that opened them.
+
+Revision ID: 0008_prloop
+Revises: 0007_slack
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from runtime.store.models import UtcDateTime
+
+revision = "0008_prloop"
+down_revision = "0007_slack"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "pull_links",
+        sa.Column("repo", sa.String(length=200), primary_key=True),
+        sa.Column("number", sa.Integer(), primary_key=True),
+        sa.Column("objective_key", sa.String(length=500), nullable=False),
+        sa.Column("task_id", sa.String(length=40), nullable=False),
+        sa.Column("head_ref", sa.String(length=300), nullable=False),
+        sa.Column("head_sha", sa.String(length=64), nullable=False),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+    )
+    op.create_index("ix_pull_links_head", "pull_links", ["repo", "head_sha"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_pull_links_head", table_name="pull_links")
+    op.drop_table("pull_links")

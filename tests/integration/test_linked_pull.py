@@ -1,0 +1,133 @@
+"""A pull request a task opened is linked to the task's objective: through Keel's real app
+and the GitHub emulator, with corpus payloads, its inline review comments from people who
+may write reach the task without a mention (once, however often delivered), a reviewer
+below min_permission reaches nothing, a failing check on the current head is one follow-up
+per (check, SHA), a check on an older head is ignored, and after the task ended a review
+comment starts one task of the same objective, answered on the pull request."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from adapters.emulators.corpus import load_github_example
+from runtime.evidence import EvidenceItem, Strength
+from runtime.scheduler import Scheduler
+from runtime.store import links
+from runtime.store import tasks as q
+from runtime.store.engine import Database
+from runtime.store.models import SignalRow
+from runtime.store.records import TaskResult, TaskStatus
+from tests.integration.keel_live import CHANNEL, GH_REPO, Live, live_keel
+
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"  # the corpus check run's head
+OLD = "1" * 40
+PULL = 2  # the corpus review comment's pull request
+EXTRA = {"github": {"min_permission": "write"}}
+
+
+def _review_comment(comment_id: int, login: str = "Codertocat") -> dict[str, Any]:
+    return load_github_example(
+        "pull_request_review_comment/created",
+        **{
+            "comment.id": comment_id,
+            "comment.body": "This should handle the empty cart too.",
+            "sender.login": login,
+        },
+    )
+
+
+def _check(sha: str, conclusion: str = "failure") -> dict[str, Any]:
+    return load_github_example(
+        "check_run/completed",
+        **{
+            "check_run.head_sha": sha,
+            "check_run.conclusion": conclusion,
+            "check_run.output.title": "2 tests failed",
+            "check_run.output.summary": "test_checkout_empty_cart: AssertionError",
+            "check_run.check_suite.head_sha": sha,
+        },
+    )
+
+
+async def _mailbox(db: Database, task_id: str) -> list[str]:
+    messages = await Scheduler(db).read_mailbox(task_id)
+    return [m.text for m in messages]
+
+
+async def _task_with_pull(live: Live, db: Database) -> tuple[str, str]:
+    """A Slack task (no workers: it stays queued) whose pull request is linked as when its
+    open_pull_request call settles."""
+    mention = live.mention("please fix the checkout for empty carts")
+    await live.send_slack(mention)
+    objective = f"slack:{live.slack.team_id}/{CHANNEL}/{mention['ts']}"
+    task = await db.read(lambda s: q.latest_by_objective(s, objective))
+    assert task is not None
+    item = EvidenceItem(
+        "pull_request",
+        f"https://github.com/{GH_REPO}/pull/{PULL}",
+        Strength.provider_read_back,
+        {"repo": GH_REPO, "number": PULL, "head_ref": "keel/fix", "head_sha": OLD},
+    )
+    pushed = EvidenceItem(
+        "commit",
+        HEAD,
+        Strength.provider_read_back,
+        {"sha": HEAD, "branch": "keel/fix", "pushed": True},
+    )
+    now = datetime.now(UTC)
+
+    def write(session: Any) -> None:
+        links.record_evidence(session, task.task_id, task.root_id, item, now)
+        links.record_evidence(session, task.task_id, task.root_id, pushed, now)  # head moves
+
+    await db.run(write)
+    return task.task_id, objective
+
+
+async def _decisions(db: Database) -> list[tuple[str, str | None]]:
+    rows = await db.read(lambda s: list(s.query(SignalRow).order_by(SignalRow.signal_id)))
+    return [(r.decision, r.reason) for r in rows if r.provider == "github"]
+
+
+async def test_reviews_and_head_checks_of_a_linked_pull_request_reach_its_task(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path, db_url, extra=EXTRA) as live:
+        live.github.add_user("mallory")
+        live.github.set_permission(GH_REPO, "mallory", "read")
+        task_id, objective = await _task_with_pull(live, db)
+
+        comment = _review_comment(9001)
+        await live.send_github("pull_request_review_comment", comment, delivery_id="d-1", times=2)
+        await live.send_github(
+            "pull_request_review_comment", comment, delivery_id="d-1b"
+        )  # another delivery of the same comment
+        await live.send_github("pull_request_review_comment", _review_comment(9002, "mallory"))
+        await live.send_github("check_run", _check(HEAD), delivery_id="c-1")
+        await live.send_github("check_run", _check(HEAD), delivery_id="c-2")  # failed again
+        await live.send_github("check_run", _check(OLD), delivery_id="c-3")  # an older head
+        await live.send_github("check_run", _check(HEAD, "success"), delivery_id="c-4")
+
+        said = await _mailbox(db, task_id)
+        assert len(said) == 2
+        assert said[0] == "This should handle the empty cart too."
+        assert said[1].startswith(f"Octocoders-linter: failure on {HEAD}")
+        assert "2 tests failed" in said[1] and "AssertionError" in said[1]
+        decisions = await _decisions(db)
+        assert decisions.count(("append", None)) == 2
+        assert ("drop", "unauthorised") in decisions
+
+        # Once the task ended, a review comment starts one task of the same objective,
+        # whose replies go to the pull request.
+        ended = TaskResult(TaskStatus.succeeded, "opened PR #2", {})
+        await Scheduler(db).report_result(task_id, ended)
+        later = _review_comment(9003)
+        await live.send_github("pull_request_review_comment", later, delivery_id="d-3", times=2)
+        successor = await db.read(lambda s: q.latest_by_objective(s, objective))
+    db.close()
+    assert successor is not None and successor.task_id != task_id
+    assert successor.status == "queued"
+    assert successor.origin_thread_ref == f"github:{GH_REPO}#{PULL}"

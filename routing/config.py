@@ -49,6 +49,9 @@ class RoutingConfig(ConfigSection):
     stop_reaction: str = "octagonal_sign"
     channel_repos: dict[str, Key] = Field(default_factory=dict)
     default_repo: Annotated[Key | None, BeforeValidator(blank_to_none)] = None
+    # Failed checks on a linked pull request's head that reach its task, per objective; past
+    # it Keel says so on the pull request and stops trying (one per check and SHA besides).
+    max_ci_fixes: int = Field(default=3, ge=0)
 
     def describe(self, source: SourceOf) -> str:
         joins = (

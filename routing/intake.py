@@ -180,7 +180,7 @@ class Router:
         self.faults.hit("intake:received")
         async with self._locks.hold(keys):
             try:
-                result = await self.db.run(lambda s: self._intake(s, facts, keys, choose))
+                result = await self.db.run(lambda s: self._intake(s, facts, keys, choose, signal))
             except Exception:  # the effect did not settle here: store the plan, then apply it
                 admitted = await self.db.run(lambda s: store.admit(s, facts, keys, choose))
                 self.faults.hit("intake:planned")
@@ -236,7 +236,8 @@ class Router:
                 link = None
         if link is None:
             return signal
-        linked = replace(signal, objective_key=link.objective_key, linked=True)
+        pull = GitHubIssue(link.repo, link.number)
+        linked = replace(signal, objective_key=link.objective_key, linked=pull)
         if signal.ci is not None and signal.ci.conclusion in FAILED_CONCLUSIONS:
             fact = f"github:ci:{thread}:{signal.ci.name}:failed"
             linked = replace(linked, dedupe_key=fact)
@@ -287,6 +288,7 @@ class Router:
         facts: SignalFacts,
         keys: tuple[str, ...],
         choose: store.Choose,
+        signal: Signal | None = None,
     ) -> IngestResult:
         """The request path's one transaction: admit, decide, apply, settle, acknowledge."""
         admitted = store.admit(session, facts, keys, choose)
@@ -294,6 +296,8 @@ class Router:
             return _result(admitted.record, duplicate=True)
         record = admitted.record
         if record.decision != PENDING:
+            if signal is not None and record.reason == "capped":
+                self._capped_in(session, record, signal)
             return _result(record)
         outcome = self._apply_in(session, record, _route_of(record))
         if isinstance(outcome, _Again):
@@ -341,6 +345,7 @@ class Router:
             active_task=TaskView.of(own.active) if own and own.active else None,
             latest_task=(TaskView.of(own.latest_terminal) if own and own.latest_terminal else None),
             is_duplicate=admission.is_duplicate,
+            ci_followups=own.ci_followups if own else 0,
             daemon_tasks=daemon_tasks,
         )
 
@@ -553,6 +558,27 @@ class Router:
                 body=_escalation_text(result.reason),
                 now=now,
             )
+
+    def _capped_in(self, session: Transaction, record: SignalRecord, signal: Signal) -> None:
+        """Say once on the pull request that its CI keeps failing and Keel stopped trying."""
+        if signal.linked is None or signal.ci is None or self.reporting is None:
+            return
+        cap = self.policy.max_ci_fixes
+        enqueue_post(
+            session,
+            task_id=record.task_id or "",
+            purpose="ci_cap",
+            thread=signal.linked,
+            key=f"ci-cap:{record.objective_key}",
+            action="post",
+            body=(
+                f"CI still fails ({signal.ci.name}: {signal.ci.conclusion} on "
+                f"{str(signal.thread_ref).rsplit('@', 1)[-1][:12]}). I have followed up on "
+                f"{cap} failed check{'s' if cap != 1 else ''} on this pull request, the limit, "
+                "so I am not trying again: it needs a person to look."
+            ),
+            now=self.clock.now(),
+        )
 
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""

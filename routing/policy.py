@@ -43,6 +43,7 @@ class RoutingPolicy:
     # App, or an event whose sender is our login, was caused by us.
     self_logins: frozenset[str] = frozenset()
     self_app_ids: frozenset[int] = frozenset()
+    max_ci_fixes: int = 3
 
     @classmethod
     def from_config(
@@ -74,6 +75,7 @@ class RoutingPolicy:
             default_agent=default_agent,
             self_logins=_self_logins(github_bot_login),
             self_app_ids=frozenset({github_app_id} if github_app_id is not None else ()),
+            max_ci_fixes=routing.max_ci_fixes,
         )
 
     def is_authorised(self, signal: Signal) -> bool:

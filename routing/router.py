@@ -66,6 +66,7 @@ class RoutingView:
     active_task: TaskView | None = None
     latest_task: TaskView | None = None
     is_duplicate: bool = False
+    ci_followups: int = 0  # failed checks of linked pull requests that reached the objective
     daemon_tasks: Mapping[str, TaskView] = field(default_factory=lambda: _NO_DAEMON_TASKS)
 
 
@@ -221,6 +222,8 @@ def _linked_check(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> R
         return Drop("duplicate", f"{ci.name} already failed on this head")
     if ci.conclusion not in FAILED_CONCLUSIONS:
         return Drop("not_addressed", f"{ci.name}: {ci.conclusion}")
+    if view.ci_followups >= policy.max_ci_fixes:
+        return Drop("capped", f"{view.ci_followups} CI follow-ups already")
     if view.active_task is not None:
         return Append(view.active_task, key=signal.dedupe_key)
     return NewTask(

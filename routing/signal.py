@@ -33,7 +33,13 @@ SignalKind = Literal[
 ]
 Command = Literal["stop", "status"]
 DropReason = Literal[
-    "duplicate", "self_generated", "unsupported", "unauthorised", "not_addressed", "edited"
+    "duplicate",
+    "self_generated",
+    "unsupported",
+    "unauthorised",
+    "not_addressed",
+    "edited",
+    "capped",  # a linked pull request's CI follow-ups reached routing.max_ci_fixes
 ]
 
 SIGNAL_KINDS: frozenset[str] = frozenset(get_args(SignalKind))
@@ -113,9 +119,9 @@ class Signal:
     reaction: str | None = None
     message: ThreadRef | None = None
     url: str | None = None
-    # The conversation is a pull request a task opened (or a check on its current head):
-    # intake set ``objective_key`` to that task's objective.
-    linked: bool = False
+    # The pull request a task opened, when this is its conversation or a check on its
+    # current head: intake set ``objective_key`` to that task's objective.
+    linked: ThreadRef | None = None
 
     @property
     def repo(self) -> str | None:

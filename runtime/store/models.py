@@ -214,6 +214,8 @@ class SignalRow(Base):
         UniqueConstraint("dedupe_key", name="uq_signals_dedupe_key"),
         Index("ix_signals_task", "task_id"),
         Index("ix_signals_decision_received", "decision", "received_at"),
+        # A linked pull request's CI follow-ups are counted per objective.
+        Index("ix_signals_objective_kind", "objective_key", "kind"),
     )
     signal_id: Mapped[str] = mapped_column("id", String(40), primary_key=True)
     provider: Mapped[str] = mapped_column(String(20))

@@ -80,6 +80,7 @@ class ObjectiveState:
 
     active: Task | None
     latest_terminal: Task | None
+    ci_followups: int = 0  # CI results that reached the objective (counted for CI results)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,8 @@ def admit(
         if earlier is not None:
             return Redelivered(to_record(earlier))
         is_duplicate = _by_dedupe_key(session, facts.dedupe_key) is not None
-        states = {key: objective_state(session, key) for key in dict.fromkeys(objective_keys)}
+        ci = facts.kind == "ci_result"
+        states = {key: objective_state(session, key, ci) for key in dict.fromkeys(objective_keys)}
         verdict = choose(Admission(is_duplicate, MappingProxyType(states)))
         key = f"dup:{facts.provider}:{facts.delivery_id}" if is_duplicate else facts.dedupe_key
         inserted = _insert(session, facts, key, verdict)
@@ -139,7 +141,9 @@ def admit(
     raise RuntimeError(f"signal {facts.provider}:{facts.delivery_id} kept conflicting")
 
 
-def objective_state(session: Session, objective_key: str) -> ObjectiveState:
+def objective_state(
+    session: Session, objective_key: str, count_ci: bool = False
+) -> ObjectiveState:
     """Root tasks only: a delegated child never owns a thread's objective."""
     roots = select(TaskRow).where(
         TaskRow.objective_key == objective_key, TaskRow.parent_id.is_(None)
@@ -151,7 +155,17 @@ def objective_state(session: Session, objective_key: str) -> ObjectiveState:
     return ObjectiveState(
         active=q.to_task(active) if active is not None else None,
         latest_terminal=q.to_task(terminal) if terminal is not None else None,
+        ci_followups=_ci_followups(session, objective_key) if count_ci else 0,
     )
+
+
+def _ci_followups(session: Session, objective_key: str) -> int:
+    acted = select(func.count()).where(
+        SignalRow.objective_key == objective_key,
+        SignalRow.kind == "ci_result",
+        SignalRow.decision.in_(("append", "new_task", "pending")),
+    )
+    return int(session.execute(acted).scalar_one())
 
 
 def set_decision(

@@ -17,7 +17,7 @@ from runtime.scheduler import Scheduler
 from runtime.store import links
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import SignalRow
+from runtime.store.models import OutboxRow, SignalRow
 from runtime.store.records import TaskResult, TaskStatus
 from tests.integration.keel_live import CHANNEL, GH_REPO, Live, live_keel
 
@@ -131,3 +131,25 @@ async def test_reviews_and_head_checks_of_a_linked_pull_request_reach_its_task(
     assert successor is not None and successor.task_id != task_id
     assert successor.status == "queued"
     assert successor.origin_thread_ref == f"github:{GH_REPO}#{PULL}"
+
+
+async def test_ci_follow_ups_stop_at_the_cap_with_one_honest_reply_on_the_pull_request(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    extra = {**EXTRA, "routing": {"max_ci_fixes": 1}}
+    with live_keel(tmp_path, db_url, extra=extra) as live:
+        task_id, _ = await _task_with_pull(live, db)
+        for n, name in enumerate(["tests", "lint", "types"]):
+            failed = _check(HEAD)
+            failed["check_run"]["name"] = name
+            await live.send_github("check_run", failed, delivery_id=f"c-{n}", times=2)
+        said = await _mailbox(db, task_id)
+        rows = await db.read(lambda s: list(s.query(OutboxRow).filter_by(purpose="ci_cap")))
+        decisions = await _decisions(db)
+    db.close()
+    assert len(said) == 1 and said[0].startswith("tests: failure")
+    assert decisions.count(("drop", "capped")) == 2
+    [cap] = rows
+    assert cap.thread_ref == f"github:{GH_REPO}#{PULL}"
+    assert "not trying again" in cap.body and "lint: failure" in cap.body

@@ -1,4 +1,5 @@
-"""Pull requests linked to the objective of the task that opened them.
+"""Pull requests linked to the objective of the task that opened them, and signals found by
+objective and kind (to count a linked pull request's CI follow-ups).
 
 Revision ID: 0008_prloop
 Revises: 0007_slack
@@ -30,8 +31,10 @@ def upgrade() -> None:
         sa.Column("updated_at", UtcDateTime(), nullable=False),
     )
     op.create_index("ix_pull_links_head", "pull_links", ["repo", "head_sha"])
+    op.create_index("ix_signals_objective_kind", "signals", ["objective_key", "kind"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_signals_objective_kind", table_name="signals")
     op.drop_index("ix_pull_links_head", table_name="pull_links")
     op.drop_table("pull_links")

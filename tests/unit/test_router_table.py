@@ -448,7 +448,8 @@ def test_table_covers_every_route_and_drop_reason_when_counted() -> None:
     assert len(CASES) >= 30
     assert routes == {"Append", "NewTask", "Drop", "Daemon", "Stop"}
     assert reasons == {
-        "duplicate", "self_generated", "unsupported", "unauthorised", "not_addressed", "edited"
+        "duplicate", "self_generated", "unsupported", "unauthorised", "not_addressed", "edited",
+        "capped",
     }
 
 

@@ -122,3 +122,46 @@ class Explode:
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         return Unknown("n/a")
+
+
+class OpenPull:
+    """A write that opens a pull request (a line in ``pulls``; its number is the line's) and
+    reports it as evidence, as open_pull_request does; reconciles by call id."""
+
+    name = "open_pull"
+    description = "Open a pull request (not safe to repeat)."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}},
+    }
+    effect: Effect = "write"
+    repo = "acme/shop"
+    head_sha = "a" * 40
+
+    def __init__(self, pulls: Path) -> None:
+        self.pulls = pulls
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        _append(self.pulls, f"{ctx.task_id} {ctx.call_id} {args.get('title')}")
+        return self._opened(len(_lines(self.pulls)))
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
+        return Pending()
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        mine = f"{ctx.task_id} {ctx.call_id} "
+        for number, line in enumerate(_lines(self.pulls), start=1):
+            if line.startswith(mine):
+                return self._opened(number)
+        return Unknown("no pull request for this call")
+
+    def _opened(self, number: int) -> Completed:
+        detail = {
+            "repo": self.repo,
+            "number": number,
+            "head_ref": "keel/fix",
+            "head_sha": self.head_sha,
+        }
+        url = f"https://github.com/{self.repo}/pull/{number}"
+        evidence = EvidenceItem("pull_request", url, Strength.provider_read_back, detail)
+        return Completed(f"opened {url}", evidence=(evidence,))

@@ -397,4 +397,3 @@ def _texts(request: ModelRequest) -> list[str]:
         elif isinstance(item, ToolResultItem):
             found.append(item.output)
     return found
-

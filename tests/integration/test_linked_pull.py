@@ -153,3 +153,26 @@ async def test_ci_follow_ups_stop_at_the_cap_with_one_honest_reply_on_the_pull_r
     [cap] = rows
     assert cap.thread_ref == f"github:{GH_REPO}#{PULL}"
     assert "not trying again" in cap.body and "lint: failure" in cap.body
+
+
+async def test_a_push_moves_the_linked_head_and_a_second_link_keeps_the_first_owner(
+    database: Database,
+) -> None:
+    now = datetime.now(UTC)
+    first = links.PullLink("acme/shop", 7, "slack:T/C/1", "t_1", "keel/fix", "a" * 40)
+    second = links.PullLink("acme/shop", 7, "slack:T/C/2", "t_2", "keel/fix", "b" * 40)
+
+    def write(session: Any) -> None:
+        links.link_pull(session, first, now)
+        links.link_pull(session, second, now)  # found again by another task: the head moves
+        links.move_head(session, "slack:T/C/1", "keel/fix", "c" * 40, now)
+        links.move_head(session, "slack:T/C/1", "other", "d" * 40, now)  # not its branch
+
+    await database.run(write)
+    link = await database.read(lambda s: links.pull_link(s, "acme/shop", 7))
+    old = await database.read(lambda s: links.link_of_head(s, "acme/shop", "a" * 40))
+    assert link is not None and (link.objective_key, link.task_id) == ("slack:T/C/1", "t_1")
+    assert link.head_sha == "c" * 40 and old is None
+    item = EvidenceItem("commit", "e" * 40, Strength.tool_reported, {"sha": "e" * 40})
+    await database.run(lambda s: links.record_evidence(s, "t_missing", "t_missing", item, now))
+    assert (await database.read(lambda s: links.pull_link(s, "acme/shop", 7))) == link

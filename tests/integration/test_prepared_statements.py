@@ -27,7 +27,7 @@ async def test_transcript_items_round_trip_when_written_and_read_on_the_driver_p
     database: Database,
 ) -> None:
     task_id = await _task_id(database)
-    payload = {"type": "user_text", "text": "naïve – ✓ \"quoted\" 100%", "n": [1, None, 2.5]}
+    payload = {"type": "user_text", "text": 'naïve – ✓ "quoted" 100%', "n": [1, None, 2.5]}
     items = [runs.NewItem("a", "user", "message", payload), runs.NewItem("b", "tool", "x", {})]
     database.run_sync(lambda s: runs.add_transcript_items(s, task_id, items, NOW))
     # The same key again is a no-op: the first payload stays.

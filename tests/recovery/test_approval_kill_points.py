@@ -6,12 +6,6 @@ the same approval is delivered twice and a second person approves again."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +14,8 @@ from runtime.scheduler import Scheduler
 from runtime.store import outbox, runs
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
-from tests.factories import make_spec, text_part
+from tests.factories import text_part
+from tests.recovery.single import run_task
 
 SCRIPT = {
     "scripts": [
@@ -43,61 +38,25 @@ class Outcome:
     interrupted: bool  # a kill between dispatching and the effect: honest, not repeated
 
 
-def _spawn(
-    db_url: str, folder: Path, fault: str | None, trace: Path | None
-) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_FAULT")}
-    if fault:
-        env["KEEL_FAULT"] = fault
-    if trace:
-        env["KEEL_FAULT_TRACE"] = str(trace)
-    script = folder / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    root = Path(__file__).resolve().parents[2]
-    command = [sys.executable, "-m", "tests.recovery.worker_main", db_url, str(folder)]
-    return subprocess.Popen(
-        [*command, str(script), "create_thing"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(folder / "worker.err").open("ab"),
-    )
-
-
 async def run_approval(
     db_url: str, folder: Path, *, fault: str | None = None, trace: Path | None = None
 ) -> Outcome:
     """Run the task; approve once it is parked (twice, and again as someone else)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    approved: list[str] = []
+
+    async def approve(scheduler: Scheduler, task_id: str, run: runs.Run) -> None:
+        if not approved and run.phase == "await_approval":
+            for key in ("approve-1", "approve-1", "approve-2"):
+                await scheduler.append_mailbox(task_id, key, [text_part("approve")])
+            approved.append(task_id)
+
+    task_id = await run_task(
+        db_url, folder, SCRIPT, approval="create_thing", fault=fault, trace=trace, on_tick=approve
+    )
     db = Database.from_url(db_url)
-    scheduler = Scheduler(db)
-    task = (await scheduler.schedule(make_spec())).task
-    worker = _spawn(db_url, folder, fault, trace)
-    approved = False
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            assert time.monotonic() < deadline, (folder / "worker.err").read_text()[-2000:]
-            run = await db.run(lambda s: runs.load_run(s, task.task_id))
-            if not approved and run is not None and run.phase == "await_approval":
-                for key in ("approve-1", "approve-1", "approve-2"):
-                    await scheduler.append_mailbox(task.task_id, key, [text_part("approve")])
-                approved = True
-            if worker.poll() is not None:  # killed at the fault point: start again, no fault
-                worker = _spawn(db_url, folder, None, None)
-            if run is not None and run.phase == "done":
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        (folder / "stop").write_text("")
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.send_signal(signal.SIGKILL)
-        (folder / "stop").unlink()
-    final = await scheduler.get(task.task_id)
-    posts = await db.read(lambda s: outbox.posts_of_task(s, task.task_id))
-    calls = await db.read(lambda s: runs.all_calls(s, task.task_id))
+    final = await Scheduler(db).get(task_id)
+    posts = await db.read(lambda s: outbox.posts_of_task(s, task_id))
+    calls = await db.read(lambda s: runs.all_calls(s, task_id))
     db.close()
     effects = folder / "effects.log"
     assert final is not None

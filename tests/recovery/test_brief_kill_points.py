@@ -89,7 +89,10 @@ def _spawn(db_url: str, folder: Path, slack_url: str, fault: str | None) -> subp
         env["KEEL_FAULT"] = fault
     command = [sys.executable, "-m", "tests.recovery.brief_main", db_url, str(folder), slack_url]
     return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
         stderr=(folder / "worker.err").open("ab"),
     )
 

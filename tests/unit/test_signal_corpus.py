@@ -133,7 +133,6 @@ GITHUB_EXPECTED: dict[tuple[str, str | None], Expected] = {
 }
 
 
-
 def _corpus_files(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.json"))
 

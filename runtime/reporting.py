@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runtime import crossposts
 from runtime.clock import Clock
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reply import Reply, to_markdown
@@ -143,6 +144,7 @@ class ThreadReporter:
             body=body,
             now=now,
         )
+        crossposts.enqueue(session, task, result, body, now)
         if self.policy.progress:
             # The outcome takes the place of the Stop button.
             done = progress_text(task, _done_label(result))

@@ -1,4 +1,5 @@
-"""Which checkout a task works in: its root task's repository, cloned once per task tree.
+"""Which checkout a task works in: its root task's repository, cloned once per task tree
+(on its pull request's branch when the task began on a pull request a task opened).
 
 ``workspace.repositories`` maps a repository key (``owner/name``) to its clone URL, ref and
 token; a task's root names the key. Children share their root's checkout.
@@ -12,7 +13,9 @@ from pathlib import Path
 from runtime.config import RepositoryConfig
 from runtime.errors import KeelError, Permanent
 from runtime.scheduler import Scheduler
+from runtime.store import links
 from runtime.store.records import Task
+from runtime.threads import GitHubIssue
 from runtime.workspace import Workspaces, WorkspaceSpec
 
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
@@ -40,9 +43,21 @@ class Checkouts:
         if root is None or repo is None:
             return None
         token = repo.token.get_secret_value() if repo.token else None
-        path = await self.workspaces.ensure(WorkspaceSpec(root.task_id, repo.url, repo.ref), token)
+        ref = await self._pull_branch(root) or repo.ref
+        path = await self.workspaces.ensure(WorkspaceSpec(root.task_id, repo.url, ref), token)
         self._paths[task.root_id] = path
         return path
+
+    async def _pull_branch(self, root: Task) -> str | None:
+        """A task that began on a pull request a task opened works on that pull request's
+        branch, so its pushes follow the branch instead of starting over from the default."""
+        origin = root.origin_thread_ref
+        if not isinstance(origin, GitHubIssue):
+            return None
+        link = await self.scheduler.db.read(
+            lambda s: links.pull_link(s, origin.repo, origin.number)
+        )
+        return link.head_ref if link is not None and link.head_ref else None
 
     async def repo_full_name(self, task_id: str) -> str:
         task = await self.scheduler.get(task_id)

@@ -84,6 +84,8 @@ DEFAULT_AGENT_TOOLS: tuple[str, ...] = (
     "open_pull_request",
     "wait_for_ci",
     "comment_on_issue",
+    "review_threads",
+    "reply_to_review_threads",
     "delegate",
     "wait_for_task",
     "post_update",

@@ -26,6 +26,7 @@ from adapters.emulators.github_state import (
     PullRequest,
     Reaction,
     Repo,
+    ReviewComment,
 )
 
 Json = dict[str, Any]
@@ -313,6 +314,33 @@ async def list_review_comments(
     return _paged(request, comments)
 
 
+async def create_review_reply(
+    request: Request, owner: str, repo: str, pull_number: int, comment_id: int
+) -> Response:
+    """A reply in the review thread ``comment_id`` belongs to (replies name its first one)."""
+    found = _repo(request, owner, repo)
+    pull = _pull(found, pull_number)
+    first = found.review_comments.get(comment_id)
+    if first is None or first.pull_number != pull_number:
+        raise GitHubError(404, "Not Found")
+    text = _required_text(await _body(request), "body", "PullRequestReviewComment")
+    reply = ReviewComment(
+        _state(request).next_id(),
+        pull_number,
+        first.path,
+        first.line,
+        first.diff_hunk,
+        text,
+        _caller(request),
+        pull.head_sha,
+        time.time(),
+        first.in_reply_to or first.comment_id,
+    )
+    found.review_comments[reply.comment_id] = reply
+    body = shapes.review_comment_json(_hosts(request), found, reply)
+    return JSONResponse(body, status_code=201, headers={"Location": body["url"]})
+
+
 async def get_permission(request: Request, owner: str, repo: str, username: str) -> Json:
     found = _repo(request, owner, repo)
     user = _state(request).users.get(username)
@@ -394,6 +422,12 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
         _REPO + "/pulls/comments/{comment_id}",
         "pulls/get-review-comment",
         get_review_comment,
+    ),
+    (
+        "POST",
+        _REPO + "/pulls/{pull_number}/comments/{comment_id}/replies",
+        "pulls/create-reply-for-review-comment",
+        create_review_reply,
     ),
     (
         "GET",

@@ -34,12 +34,28 @@ _TRANSPORT_ERRORS = (
     ConnectionError,
     TimeoutError,
 )
+
+
 @dataclass(frozen=True, slots=True)
 class Comment:
     comment_id: int
     body: str
     url: str
     author: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewCommentInfo:
+    """A comment on a line of a pull request's diff; ``in_reply_to`` names its thread."""
+
+    comment_id: int
+    path: str
+    line: int | None
+    diff_hunk: str
+    body: str
+    author: str
+    in_reply_to: int | None
+    url: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +195,23 @@ class GitHubClient:
     async def get_pull(self, repo: str, number: int) -> PullRequestInfo:
         return await self.call(lambda gh: _pull(gh.get_repo(repo).get_pull(number)))
 
+    async def review_comments(self, repo: str, number: int) -> list[ReviewCommentInfo]:
+        return await self.call(
+            lambda gh: [
+                _review_comment(c) for c in gh.get_repo(repo).get_pull(number).get_review_comments()
+            ]
+        )
+
+    async def reply_to_review_comment(
+        self, repo: str, number: int, comment_id: int, body: str
+    ) -> ReviewCommentInfo:
+        """A reply in the review thread of ``comment_id``."""
+        return await self.call(
+            lambda gh: _review_comment(
+                gh.get_repo(repo).get_pull(number).create_review_comment_reply(comment_id, body)
+            )
+        )
+
     async def ci_state(self, repo: str, sha: str) -> tuple[list[CheckRunInfo], list[StatusInfo]]:
         """The check runs and the commit statuses reported for ``sha``."""
 
@@ -260,6 +293,20 @@ def _message(error: GithubException) -> str:
 
 def _comment(comment: Any) -> Comment:
     return Comment(comment.id, comment.body or "", comment.html_url or "", comment.user.login)
+
+
+def _review_comment(comment: Any) -> ReviewCommentInfo:
+    raw = comment.raw_data
+    return ReviewCommentInfo(
+        comment_id=comment.id,
+        path=comment.path,
+        line=raw.get("line") or raw.get("original_line"),
+        diff_hunk=comment.diff_hunk or "",
+        body=comment.body or "",
+        author=comment.user.login if comment.user else "",
+        in_reply_to=raw.get("in_reply_to_id"),
+        url=comment.html_url,
+    )
 
 
 def _pull(pull: Any) -> PullRequestInfo:

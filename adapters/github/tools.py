@@ -1,4 +1,5 @@
-"""The GitHub tools: open a pull request, wait for CI on a sha, comment on an issue.
+"""The GitHub tools: open a pull request, wait for CI on a sha, comment on an issue (and,
+from ``adapters/github/review.py``, read and answer a pull request's review threads).
 
 Writes are at most once. ``open_pull_request`` reconciles by listing pulls with
 ``head=owner:branch`` (GitHub also refuses a second open pull for one head and base), and
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from adapters.github.client import CheckRunInfo, GitHubClient, PullRequestInfo, StatusInfo
+from adapters.github.review import ReplyToReviewThreads, ReviewThreads
 from adapters.github.surface import marker, with_marker
 from runtime.errors import Permanent, Retryable
 from runtime.evidence import EvidenceItem, Strength
@@ -257,4 +259,6 @@ def github_tools(client: GitHubClient, repo_for: RepoFor) -> list[Tool]:
         OpenPullRequest(client, repo_for),
         WaitForCi(client, repo_for),
         CommentOnIssue(client, repo_for),
+        ReviewThreads(client, repo_for),
+        ReplyToReviewThreads(client, repo_for),
     ]

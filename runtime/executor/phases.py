@@ -50,6 +50,7 @@ async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition
     sections = [agent.instructions]
     for source in ctx.context_sources:
         sections.extend(await source.sections(task))
+    sections.append(await _earlier_work(task, ctx))
     item = await brief.brief_item(task, ctx)
     now = ctx.clock.now()
 
@@ -60,6 +61,17 @@ async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition
 
     state = {**run.state, "system": "\n\n".join(s for s in sections if s)}
     return goto(run, "check_scheduler", state=state, writes=(write,))
+
+
+async def _earlier_work(task: Task, ctx: ExecutorContext) -> str:
+    """What the task this one follows (same objective) did, so a follow-up builds on it."""
+    if task.follows_task_id is None:
+        return ""
+    earlier = await ctx.scheduler.get(task.follows_task_id)
+    if earlier is None or not earlier.result:
+        return ""
+    summary = str(earlier.result.get("summary", "")).strip()
+    return f"Earlier work on this request (task {earlier.task_id}, {earlier.status}):\n{summary}"
 
 
 async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transition:

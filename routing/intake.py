@@ -238,6 +238,9 @@ class Router:
             return signal
         pull = GitHubIssue(link.repo, link.number)
         linked = replace(signal, objective_key=link.objective_key, linked=pull)
+        if signal.ci is not None:
+            # Nobody can reply on a commit: the check's answers go to its pull request.
+            linked = replace(linked, thread_ref=pull)
         if signal.ci is not None and signal.ci.conclusion in FAILED_CONCLUSIONS:
             fact = f"github:ci:{thread}:{signal.ci.name}:failed"
             linked = replace(linked, dedupe_key=fact)

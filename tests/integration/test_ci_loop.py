@@ -1,0 +1,122 @@
+"""The CI loop end to end over the emulators and a real git remote: the demo's job opens a
+pull request; a failed check on its head starts one linked task that works on the pull
+request's branch and pushes a fix; the same check failing again on that old head is
+ignored, and when the new head fails too the objective is at routing.max_ci_fixes, so Keel
+says once on the pull request that it stopped trying and starts nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import select
+
+import adapters.demo
+from adapters.demo.repo import branch_head
+from adapters.emulators.corpus import load_github_example
+from runtime.store.engine import Database
+from runtime.store.models import OutboxRow, SignalRow, TaskRow
+from runtime.store.records import TaskStatus
+from tests.integration.keel_live import CHANNEL, SHOP, drive, live_keel
+
+FIXED = '''"""Tiny arithmetic helpers used by the checkout."""
+
+
+def add(a: int, b: int) -> int:
+    return b + a
+'''
+
+
+def _script(folder: Path) -> Path:
+    ci_fix = {
+        "match": "tests: failure on",
+        "turns": [
+            {
+                "expect_seen": ["test_add_negative: AssertionError"],
+                "tool_calls": [
+                    {"name": "write_file", "args": {"path": "calc.py", "content": FIXED}}
+                ],
+            },
+            {"tool_calls": [{"name": "git_commit", "args": {"message": "Fix for CI"}}]},
+            {"tool_calls": [{"name": "git_push", "args": {"branch": "keel/fix-add"}}]},
+            {"say": "Fixed the failing check and pushed."},
+        ],
+    }
+    demo = Path(adapters.demo.__file__).with_name("script.yaml").read_text()
+    data = yaml.safe_load(demo.replace("{python}", sys.executable))
+    data["scripts"][0]["turns"][0].pop("expect_seen")
+    data["scripts"].insert(0, ci_fix)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "script.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _failed(sha: str) -> dict[str, Any]:
+    return load_github_example(
+        "check_run/completed",
+        **{
+            "repository.full_name": SHOP,
+            "repository.name": "shop",
+            "repository.owner.login": "acme",
+            "check_run.name": "tests",
+            "check_run.head_sha": sha,
+            "check_run.conclusion": "failure",
+            "check_run.output.title": "1 test failed",
+            "check_run.output.summary": "test_add_negative: AssertionError",
+            "check_run.check_suite.head_sha": sha,
+            "check_run.check_suite.head_branch": "keel/fix-add",
+        },
+    )
+
+
+async def test_failed_check_on_the_head_gets_one_fix_per_sha_and_stops_at_the_cap(
+    db_url: str, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "keel"
+    origin = workdir / "origin" / "acme" / "shop.git"
+    extra = {"model": {"script": str(_script(tmp_path / "model"))}, "routing": {"max_ci_fixes": 1}}
+    with live_keel(workdir, db_url, workers=True, extra=extra) as live:
+        _, root = await drive(live)
+        objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root}"
+        db = Database.from_url(db_url)
+        head = branch_head(origin, "keel/fix-add")
+        await live.send_github("check_run", _failed(head), delivery_id="ci-1", times=2)
+
+        async def tasks() -> list[Any]:
+            query = select(TaskRow).where(TaskRow.objective_key == objective)
+            return await db.read(lambda s: list(s.scalars(query.order_by(TaskRow.created_at))))
+
+        async with asyncio.timeout(90):
+            while not (
+                len(found := await tasks()) == 2 and TaskStatus(found[1].status).is_terminal
+            ):
+                await asyncio.sleep(0.1)
+        fixed = branch_head(origin, "keel/fix-add")
+        await live.send_github("check_run", _failed(head), delivery_id="ci-2")  # again, old head
+        await live.send_github("check_run", _failed(fixed), delivery_id="ci-3")  # the new head
+
+        async def capped() -> list[Any]:
+            query = select(OutboxRow).where(OutboxRow.purpose == "ci_cap")
+            return await db.read(lambda s: list(s.scalars(query)))
+
+        async with asyncio.timeout(30):
+            while not (caps := await capped()):
+                await asyncio.sleep(0.1)
+        rows = await db.read(lambda s: list(s.scalars(select(SignalRow))))
+        final = await tasks()
+        db.close()
+    assert fixed != head
+    assert [t.status for t in final] == ["succeeded", "succeeded"]
+    assert final[1].origin_thread_ref == f"github:{SHOP}#1"
+    ci = [(r.delivery_id, r.decision, r.reason) for r in rows if r.kind == "ci_result"]
+    assert ("ci-1", "new_task", None) in [(d, k, None) for d, k, _ in ci]
+    assert {(d, k) for d, k, _ in ci if d in ("ci-2", "ci-3")} == {
+        ("ci-2", "drop"),
+        ("ci-3", "drop"),
+    }
+    assert {r for d, _, r in ci if d == "ci-3"} == {"capped"}
+    assert len(caps) == 1 and caps[0].thread_ref == f"github:{SHOP}#1"

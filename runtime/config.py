@@ -83,6 +83,7 @@ DEFAULT_AGENT_TOOLS: tuple[str, ...] = (
     "git_push",
     "open_pull_request",
     "wait_for_ci",
+    "ci_job_log",
     "comment_on_issue",
     "review_threads",
     "reply_to_review_threads",

@@ -14,11 +14,12 @@ from typing import Any
 
 import jwt
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from adapters.emulators import github_shapes as shapes
 from adapters.emulators.faults import FaultRaised, RecordingMiddleware, gate_of
 from adapters.emulators.github_state import (
+    CheckRun,
     GitHubState,
     GitHubUser,
     Issue,
@@ -341,6 +342,49 @@ async def create_review_reply(
     return JSONResponse(body, status_code=201, headers={"Location": body["url"]})
 
 
+def _job_of(found: Repo, job_id: int) -> CheckRun:
+    run = next((r for runs in found.checks.values() for r in runs if r.check_id == job_id), None)
+    if run is None:
+        raise GitHubError(404, "Not Found")
+    return run
+
+
+async def get_job(request: Request, owner: str, repo: str, job_id: int) -> Json:
+    """An Actions job, as much of it as a client reads to find its log."""
+    found = _repo(request, owner, repo)
+    run = _job_of(found, job_id)
+    base = _hosts(request).repo_url(found)
+    return {
+        "id": run.check_id,
+        "run_id": run.check_id,
+        "url": f"{base}/actions/jobs/{run.check_id}",
+        "html_url": f"{base}/actions/runs/{run.check_id}/job/{run.check_id}",
+        "check_run_url": f"{base}/check-runs/{run.check_id}",
+        "name": run.name,
+        "head_sha": run.head_sha,
+        "status": run.status,
+        "conclusion": run.conclusion,
+    }
+
+
+async def job_logs(request: Request, owner: str, repo: str, job_id: int) -> Response:
+    """A redirect to the log's short-lived download URL, as GitHub answers."""
+    found = _repo(request, owner, repo)
+    _job_of(found, job_id)
+    if job_id not in found.job_logs:
+        raise GitHubError(404, "Not Found")
+    blob = f"{_hosts(request).api}/_blobs/job-logs/{owner}/{repo}/{job_id}"
+    return Response(status_code=302, headers={"Location": blob})
+
+
+async def job_log_blob(request: Request, owner: str, repo: str, job_id: int) -> Response:
+    """The log itself, served without a token like GitHub's signed blob URLs."""
+    found = _repo(request, owner, repo)
+    if job_id not in found.job_logs:
+        raise GitHubError(404, "Not Found")
+    return PlainTextResponse(found.job_logs[job_id])
+
+
 async def get_permission(request: Request, owner: str, repo: str, username: str) -> Json:
     found = _repo(request, owner, repo)
     user = _state(request).users.get(username)
@@ -423,6 +467,13 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
         "pulls/get-review-comment",
         get_review_comment,
     ),
+    ("GET", _REPO + "/actions/jobs/{job_id}", "actions/get-job-for-workflow-run", get_job),
+    (
+        "GET",
+        _REPO + "/actions/jobs/{job_id}/logs",
+        "actions/download-job-logs-for-workflow-run",
+        job_logs,
+    ),
     (
         "POST",
         _REPO + "/pulls/{pull_number}/comments/{comment_id}/replies",
@@ -484,6 +535,7 @@ def create_github_app(state: GitHubState) -> FastAPI:
     for method, path, operation_id, handler in ROUTES:
         router.add_api_route(path, handler, methods=[method], name=operation_id)
     app.include_router(router)
+    app.add_api_route("/_blobs/job-logs/{owner}/{repo}/{job_id}", job_log_blob, methods=["GET"])
     app.add_exception_handler(GitHubError, _on_github_error)
     app.add_exception_handler(FaultRaised, _on_fault)
     app.add_middleware(RecordingMiddleware, state=state)

@@ -151,6 +151,8 @@ class Repo:
     permissions: dict[str, Permission] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)
     checks: dict[str, list[CheckRun]] = field(default_factory=dict)
+    # GitHub Actions job logs by job id (an Actions check run's id is its job's).
+    job_logs: dict[int, str] = field(default_factory=dict)
     statuses: dict[str, list[CommitStatus]] = field(default_factory=dict)
     reactions: list[Reaction] = field(default_factory=list)
     review_comments: dict[int, ReviewComment] = field(default_factory=dict)
@@ -314,6 +316,9 @@ class GitHubState(EmulatorState):
     def set_permission(self, full_name: str, login: str, permission: Permission) -> None:
         self.add_user(login)
         self.repos[full_name].permissions[login] = permission
+
+    def set_job_log(self, full_name: str, job_id: int, text: str) -> None:
+        self.repos[full_name].job_logs[job_id] = text
 
     def set_branch(self, full_name: str, branch: str, sha: str) -> None:
         self.repos[full_name].branches[branch] = sha

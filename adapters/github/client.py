@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import httpx
 import requests
 import urllib3.exceptions
 from github import Auth, Github, GithubException
@@ -211,6 +212,21 @@ class GitHubClient:
                 gh.get_repo(repo).get_pull(number).create_review_comment_reply(comment_id, body)
             )
         )
+
+    async def job_log(self, repo: str, job_id: int) -> str:
+        """A GitHub Actions job's log (an Actions check run's id is its job's): GitHub
+        answers with a short-lived download URL, fetched without our token."""
+        location = await self.call(lambda gh: gh.get_repo(repo).get_workflow_job(job_id).logs_url())
+        try:
+            async with httpx.AsyncClient(timeout=60) as http:
+                response = await http.get(location)
+        except httpx.HTTPError as e:
+            raise Retryable(f"downloading the log of job {job_id} failed: {e}") from e
+        if response.status_code >= 500:
+            raise Retryable(f"the log of job {job_id} answered {response.status_code}")
+        if response.status_code != 200:
+            raise NotFound(f"the log of job {job_id} answered {response.status_code}")
+        return response.text
 
     async def ci_state(self, repo: str, sha: str) -> tuple[list[CheckRunInfo], list[StatusInfo]]:
         """The check runs and the commit statuses reported for ``sha``."""

@@ -115,6 +115,7 @@ class _CheckOutput(_Payload):
 
 
 class _CheckRun(_Payload):
+    id: int | None = None
     name: str
     head_sha: CommitSha
     conclusion: str | None = None
@@ -366,9 +367,7 @@ REPORT_LIMIT = 4000
 
 def _check_report(check: _CheckRun) -> str:
     """What the check said about itself: title, summary, and the tail of its text."""
-    output = check.output
-    if output is None:
-        return ""
+    output = check.output or _CheckOutput()
     parts = [p.strip() for p in (output.title, output.summary) if p and p.strip()]
     if output.text and output.text.strip():
         text = output.text.strip()
@@ -376,6 +375,8 @@ def _check_report(check: _CheckRun) -> str:
         parts.append(tail if len(tail) == len(text) else f"…{tail}")
     if check.html_url:
         parts.append(check.html_url)
+    if check.id is not None:
+        parts.append(f"check run {check.id} (ci_job_log reads its log)")
     report = "\n".join(parts)
     return report[: REPORT_LIMIT * 2]
 

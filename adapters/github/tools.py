@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from adapters.github.client import CheckRunInfo, GitHubClient, PullRequestInfo, StatusInfo
 from adapters.github.review import ReplyToReviewThreads, ReviewThreads
 from adapters.github.surface import marker, with_marker
-from runtime.errors import Permanent, Retryable
+from runtime.errors import NotFound, Permanent, Retryable
 from runtime.evidence import EvidenceItem, Strength
 from runtime.tools.base import Completed, Effect, Pending, Started, Tool, ToolContext, Unknown
 from runtime.workspace.git import git
@@ -28,6 +28,8 @@ RepoFor = Callable[[str], Awaitable[str]]
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _PASSED = frozenset({"success", "neutral", "skipped"})
+LOG_LINES = 200
+LOG_CHARS = 20_000
 
 
 def fixed_repo(full_name: str) -> RepoFor:
@@ -177,6 +179,45 @@ class WaitForCi:
         return Unknown("wait_for_ci is resumed by polling its sha, not reconciled")
 
 
+class CiJobLog:
+    name = "ci_job_log"
+    description = (
+        "Read the tail of a GitHub Actions job's log, by the id of its check run (a failed "
+        "check's follow-up names it)."
+    )
+    _PARAMETERS: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "check_run_id": {"type": "integer"},
+            "lines": {"type": "integer", "description": "how many last lines (default 200)"},
+        },
+        "required": ["check_run_id"],
+    }
+    effect: Effect = "read"
+
+    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
+        self.client = client
+        self.repo_for = repo_for
+        self.parameters: dict[str, Any] = self._PARAMETERS
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        repo, job_id = await self.repo_for(ctx.task_id), int(args["check_run_id"])
+        lines = max(1, min(int(args.get("lines") or LOG_LINES), LOG_LINES * 5))
+        try:
+            text = await self.client.job_log(repo, job_id)
+        except NotFound:
+            return Completed(f"no GitHub Actions log for check run {job_id}", is_error=True)
+        tail = text.splitlines()[-lines:]
+        clipped = "\n".join(tail)[-LOG_CHARS:]
+        return Completed(f"last {len(tail)} lines of the log of job {job_id}:\n{clipped}")
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
+        return Completed(f"{self.name} has no background work to poll", is_error=True)
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        return Unknown("reads are repeated, not reconciled")
+
+
 def _ci_outcome(
     repo: str, sha: str, runs: list[CheckRunInfo], statuses: list[StatusInfo]
 ) -> Completed:
@@ -258,6 +299,7 @@ def github_tools(client: GitHubClient, repo_for: RepoFor) -> list[Tool]:
     return [
         OpenPullRequest(client, repo_for),
         WaitForCi(client, repo_for),
+        CiJobLog(client, repo_for),
         CommentOnIssue(client, repo_for),
         ReviewThreads(client, repo_for),
         ReplyToReviewThreads(client, repo_for),

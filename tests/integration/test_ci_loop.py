@@ -1,6 +1,7 @@
 """The CI loop end to end over the emulators and a real git remote: the demo's job opens a
-pull request; a failed check on its head starts one linked task that works on the pull
-request's branch and pushes a fix; the same check failing again on that old head is
+pull request; a failed check on its head starts one linked task that reads the check's
+summary and the tail of its Actions job log, works on the pull request's branch and pushes a
+fix; the same check failing again on that old head is
 ignored, and when the new head fails too the objective is at routing.max_ci_fixes, so Keel
 says once on the pull request that it stopped trying and starts nothing."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,16 @@ from sqlalchemy import select
 import adapters.demo
 from adapters.demo.repo import branch_head
 from adapters.emulators.corpus import load_github_example
+from adapters.emulators.github_state import CheckRun
 from runtime.store.engine import Database
 from runtime.store.models import OutboxRow, SignalRow, TaskRow
 from runtime.store.records import TaskStatus
 from tests.integration.keel_live import CHANNEL, SHOP, drive, live_keel
 
+JOB = 7001  # the failing check run's id, which is its Actions job's
+LOG = "\n".join(
+    [*(f"noise line {n}" for n in range(500)), "E   assert add(-2, -3) == -5", "1 failed"]
+)
 FIXED = '''"""Tiny arithmetic helpers used by the checkout."""
 
 
@@ -35,7 +42,11 @@ def _script(folder: Path) -> Path:
         "match": "tests: failure on",
         "turns": [
             {
-                "expect_seen": ["test_add_negative: AssertionError"],
+                "expect_seen": ["test_add_negative: AssertionError", f"check run {JOB}"],
+                "tool_calls": [{"name": "ci_job_log", "args": {"check_run_id": JOB}}],
+            },
+            {
+                "expect_seen": ["E   assert add(-2, -3) == -5"],
                 "tool_calls": [
                     {"name": "write_file", "args": {"path": "calc.py", "content": FIXED}}
                 ],
@@ -55,13 +66,14 @@ def _script(folder: Path) -> Path:
     return path
 
 
-def _failed(sha: str) -> dict[str, Any]:
+def _failed(sha: str, job: int = JOB) -> dict[str, Any]:
     return load_github_example(
         "check_run/completed",
         **{
             "repository.full_name": SHOP,
             "repository.name": "shop",
             "repository.owner.login": "acme",
+            "check_run.id": job,
             "check_run.name": "tests",
             "check_run.head_sha": sha,
             "check_run.conclusion": "failure",
@@ -84,6 +96,9 @@ async def test_failed_check_on_the_head_gets_one_fix_per_sha_and_stops_at_the_ca
         objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root}"
         db = Database.from_url(db_url)
         head = branch_head(origin, "keel/fix-add")
+        failing = CheckRun(JOB, "tests", head, "completed", "failure", time.time())
+        live.github.repos[SHOP].checks[head] = [failing]
+        live.github.set_job_log(SHOP, JOB, LOG)
         await live.send_github("check_run", _failed(head), delivery_id="ci-1", times=2)
 
         async def tasks() -> list[Any]:
@@ -97,7 +112,7 @@ async def test_failed_check_on_the_head_gets_one_fix_per_sha_and_stops_at_the_ca
                 await asyncio.sleep(0.1)
         fixed = branch_head(origin, "keel/fix-add")
         await live.send_github("check_run", _failed(head), delivery_id="ci-2")  # again, old head
-        await live.send_github("check_run", _failed(fixed), delivery_id="ci-3")  # the new head
+        await live.send_github("check_run", _failed(fixed, 7002), delivery_id="ci-3")  # new head
 
         async def capped() -> list[Any]:
             query = select(OutboxRow).where(OutboxRow.purpose == "ci_cap")

@@ -5,6 +5,7 @@ reliability and security suites: signed deliveries in, database and emulator sta
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ import httpx
 import yaml
 from sqlalchemy import func, select
 
+import adapters.demo
 from adapters.config import AppConfig, build_config
 from adapters.demo.repo import branch_head, create_sample_repo
 from adapters.demo.scenario import DemoSecrets, demo_tree
@@ -70,6 +72,19 @@ def live_config(
     _without_report(Path(tree["model"]["script"]))
     tree["worker"] = {"concurrency": 2, "poll_interval_s": 0.1, "lease_seconds": 5}
     return build_config(merge(tree, extra), env={})
+
+
+def demo_script_after(folder: Path, *scripts: dict[str, Any]) -> Path:
+    """The demo's model script (less its demand for a report before the mention), with
+    ``scripts`` tried before it: for suites whose later tasks need turns of their own."""
+    demo = Path(adapters.demo.__file__).with_name("script.yaml").read_text()
+    data = yaml.safe_load(demo.replace("{python}", sys.executable))
+    data["scripts"][0]["turns"][0].pop("expect_seen")
+    data["scripts"][:0] = scripts
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "script.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def _without_report(script: Path) -> None:

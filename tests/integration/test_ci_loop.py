@@ -8,22 +8,19 @@ says once on the pull request that it stopped trying and starts nothing."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import select
 
-import adapters.demo
 from adapters.demo.repo import branch_head
 from adapters.emulators.corpus import load_github_example
 from adapters.emulators.github_state import CheckRun
 from runtime.store.engine import Database
 from runtime.store.models import OutboxRow, SignalRow, TaskRow
 from runtime.store.records import TaskStatus
-from tests.integration.keel_live import CHANNEL, SHOP, drive, live_keel
+from tests.integration.keel_live import CHANNEL, SHOP, demo_script_after, drive, live_keel
 
 JOB = 7001  # the failing check run's id, which is its Actions job's
 LOG = "\n".join(
@@ -56,14 +53,7 @@ def _script(folder: Path) -> Path:
             {"say": "Fixed the failing check and pushed."},
         ],
     }
-    demo = Path(adapters.demo.__file__).with_name("script.yaml").read_text()
-    data = yaml.safe_load(demo.replace("{python}", sys.executable))
-    data["scripts"][0]["turns"][0].pop("expect_seen")
-    data["scripts"].insert(0, ci_fix)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "script.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return demo_script_after(folder, ci_fix)
 
 
 def _failed(sha: str, job: int = JOB) -> dict[str, Any]:

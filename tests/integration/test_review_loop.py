@@ -7,14 +7,11 @@ short line. A redelivery of the comment starts nothing more."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import select
 
-import adapters.demo
 from adapters.demo.repo import branch_head
 from adapters.emulators.corpus import load_github_example
 from runtime.store import links, runs
@@ -22,7 +19,7 @@ from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import TaskRow
 from runtime.store.records import TaskStatus
-from tests.integration.keel_live import CHANNEL, SHOP, Live, drive, live_keel
+from tests.integration.keel_live import CHANNEL, SHOP, Live, demo_script_after, drive, live_keel
 
 REVIEW = "add() should also be documented for negative numbers, please."
 FIXED = '''"""Tiny arithmetic helpers used by the checkout."""
@@ -60,15 +57,7 @@ def _review_script() -> dict[str, Any]:
 
 
 def _script(folder: Path) -> Path:
-    """The demo's script (less its demand for a report before the mention), after ours."""
-    demo = Path(adapters.demo.__file__).with_name("script.yaml").read_text()
-    data = yaml.safe_load(demo.replace("{python}", sys.executable))
-    data["scripts"][0]["turns"][0].pop("expect_seen")
-    data["scripts"].insert(0, _review_script())
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "script.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return demo_script_after(folder, _review_script())
 
 
 def _review_comment_event(live: Live, comment_id: int) -> dict[str, Any]:

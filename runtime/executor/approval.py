@@ -65,29 +65,48 @@ def unapproved(run: Run, task: Task, ctx: ExecutorContext, calls: Sequence[ToolC
 
 async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Transition:
     """Post what the call will do and park until someone answers."""
+    if task.origin_thread_ref is None or task.parent_id is not None:
+        return _unaskable(run, task, ctx, call)
     preview = await _preview(task, ctx, call)
     body = ask_text(call, preview)
     now = ctx.clock.now()
 
+    thread = task.origin_thread_ref
+
     def post(session: Transaction) -> None:
-        if task.origin_thread_ref is not None:
-            runs.enqueue_post(
-                session,
-                task_id=task.task_id,
-                purpose="approval",
-                thread=task.origin_thread_ref,
-                key=approval_key(call.call_id),
-                action="post",
-                body=body,
-                now=now,
-                actions=approval_actions(call.call_id),
-            )
+        runs.enqueue_post(
+            session,
+            task_id=task.task_id,
+            purpose="approval",
+            thread=thread,
+            key=approval_key(call.call_id),
+            action="post",
+            body=body,
+            now=now,
+            actions=approval_actions(call.call_id),
+        )
         ctx.reporter.on_phase(session, task, "await_approval", f"waiting for approval: {call.name}")
 
     question = {"call_id": call.call_id, "name": call.name, "after": task.mailbox_seq}
     state = {**run.state, ASK: question}
     state.setdefault(REPLAY, run.mailbox_position)
     return Transition("await_approval", state, run.turn, run.mailbox_position, (post,), "wait")
+
+
+def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Transition:
+    """A delegated task (or one with no thread) has nobody to ask: replies reach the task
+    that owns the thread. The call is refused, so the model can leave it to that task."""
+    output = (
+        f"not run: {call.name} needs a person's approval, and only the task that owns the "
+        "conversation can ask for it; report back and let that task do it"
+    )
+    now = ctx.clock.now()
+
+    def refuse(session: Transaction) -> None:
+        result = {"output": output, "is_error": True}
+        runs.settle(session, task.task_id, call.call_id, outcome="rejected", result=result, now=now)
+
+    return _goto(run, "dispatch_tools", run.state, writes=(refuse,))
 
 
 def approval_actions(call_id: str) -> tuple[Action, Action]:

@@ -184,3 +184,13 @@ def test_answer_is_approve_or_reject_with_its_reason_when_replies_are_read() -> 
     assert answer_of("reject call=c1", "c1") == Answer("reject", "")
     assert answer_of("I approve of nothing", "c1") is None
     assert answer_of("", "c1") is None
+
+
+async def test_a_task_without_a_thread_is_refused_the_write_instead_of_waiting_forever(
+    db_url: str, tmp_path: Path
+) -> None:
+    stack = approval_stack(db_url, tmp_path, expect=("only the task that owns the conversation",))
+    task = (await stack.scheduler.schedule(make_spec(origin_thread_ref=None))).task
+    final = await stack.run_until_terminal(task.task_id)
+    assert final.status is TaskStatus.succeeded and effects(stack) == []
+    assert await asks(stack, task.task_id) == []

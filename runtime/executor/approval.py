@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.store import runs
+from runtime.store import outbox, runs
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task
 from runtime.store.runs import Run, ToolCallRecord
@@ -87,7 +87,12 @@ async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) 
         )
         ctx.reporter.on_phase(session, task, "await_approval", f"waiting for approval: {call.name}")
 
-    question = {"call_id": call.call_id, "name": call.name, "after": task.mailbox_seq}
+    question = {
+        "call_id": call.call_id,
+        "name": call.name,
+        "after": task.mailbox_seq,
+        "body": body,
+    }
     state = {**run.state, ASK: question}
     state.setdefault(REPLAY, run.mailbox_position)
     return Transition("await_approval", state, run.turn, run.mailbox_position, (post,), "wait")
@@ -178,10 +183,13 @@ def _answered(
     who = str(tx.sender_part(message).get("name") or message.author or "someone")
     state = {k: v for k, v in run.state.items() if k != ASK}
     now = ctx.clock.now()
+    asked = str(question.get("body", ""))
     if answer.verdict == "approve":
         state[APPROVED] = [*(state.get(APPROVED) or ()), call_id]
 
         def approved(session: Transaction) -> None:
+            # The outcome takes the place of the buttons, so nobody answers twice.
+            outbox.set_body(session, approval_key(call_id), f"{asked}\n✅ Approved by {who}.", ())
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} approved by {who}")
 
         return _goto(run, "dispatch_tools", state, message.seq, writes=(approved,))
@@ -191,6 +199,7 @@ def _answered(
     def rejected(session: Transaction) -> None:
         result = {"output": output, "is_error": True}
         runs.settle(session, task.task_id, call_id, outcome="rejected", result=result, now=now)
+        outbox.set_body(session, approval_key(call_id), f"{asked}\n❌ Rejected by {who}.", ())
         ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} rejected by {who}")
 
     return _goto(run, "dispatch_tools", state, message.seq, writes=(rejected,))

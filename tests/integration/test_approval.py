@@ -122,7 +122,8 @@ async def test_write_waits_for_approve_and_runs_once_when_approved_twice(
     remark = next(k for k in keys if k.startswith("mbx:"))
     assert keys.index("result:call_1_0") < keys.index(remark) < keys.index("model:2:0")
     assert len([k for k in keys if k.startswith("mbx:")]) == 3
-    assert len(await asks(stack, task.task_id)) == 1
+    [answered] = await asks(stack, task.task_id)
+    assert answered.actions == () and "✅ Approved by" in answered.body
 
 
 async def test_reject_reason_reaches_the_model_as_the_result_when_a_person_rejects(
@@ -143,6 +144,8 @@ async def test_reject_reason_reaches_the_model_as_the_result_when_a_person_rejec
     ]
     assert call.outcome == "rejected" and call.dispatched_at is None
     assert call.result is not None and "not on a Friday" in call.result["output"]
+    [answered] = await asks(stack, task.task_id)
+    assert answered.actions == () and "❌ Rejected by" in answered.body
 
 
 async def test_nothing_runs_when_the_answer_names_another_call_or_came_before_the_question(

@@ -121,6 +121,14 @@ async def test_push_and_pull_request_wait_for_an_authorised_approval_and_happen_
         await _until(lambda: asked(2), 60, "the pull request never asked for approval")
         assert _pushed(workdir) is not None
         pull = _asks(live, root)[1]
+
+        async def answered() -> bool:
+            found = live.slack.find(CHANNEL, push.ts)
+            return found is not None and "Approved by" in found.text
+
+        await _until(answered, 15, "the push's question still offers its buttons")
+        edited = live.slack.find(CHANNEL, push.ts)
+        assert edited is not None and len(edited.blocks or []) <= 1  # no buttons left
         assert "`open_pull_request`" in pull.text and "Fix add() to return the sum" in pull.text
         click = _click(live, pull, root, PERSON, "approve")
         assert await _post_click(live, click) == 200

@@ -26,6 +26,7 @@ from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.runs import Run
+from runtime.tools.arguments import refusal
 
 MAX_MODEL_RETRIES = 8
 
@@ -141,13 +142,19 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
             call.name,
             call.arguments,
             tool.effect if (tool := tools.get(call.name)) else "read",
+            refusal(
+                call.name,
+                call.arguments,
+                call.arguments_error,
+                tool.parameters if tool is not None else None,
+            ),
         )
         for index, call in enumerate(calls)
     ]
 
     def write(session: Transaction) -> None:
         runs.add_transcript_items(session, task.task_id, items, now)
-        runs.add_tool_calls(session, task.task_id, new_calls)
+        runs.add_tool_calls(session, task.task_id, new_calls, now)
         if calls:
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")

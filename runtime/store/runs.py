@@ -169,7 +169,7 @@ _ADD_CALLS = _insert_ignoring(
     _CALLS,
     [
         "task_id", "call_id", "turn", "idx", "name", "args", "effect", "dispatch_state",
-        "late_reports",
+        "outcome", "result", "settled_at", "late_reports",
     ],
     ["task_id", "call_id"],
 )
@@ -312,16 +312,23 @@ def _to_call(row: Sequence[Any]) -> ToolCallRecord:
 
 @dataclass(frozen=True, slots=True)
 class NewCall:
+    """A call the model asked for. With ``refused`` (what the model is told instead) it is
+    recorded already settled as an error, and never dispatched."""
+
     call_id: str
     turn: int
     idx: int
     name: str
     args: dict[str, Any]
     effect: str
+    refused: str | None = None
 
 
-def add_tool_calls(session: Session, task_id: str, calls: Sequence[NewCall]) -> None:
-    """Record calls as ``pending``; a call id already recorded is left as it is."""
+def add_tool_calls(
+    session: Session, task_id: str, calls: Sequence[NewCall], now: datetime | None = None
+) -> None:
+    """Record calls as ``pending`` (refused ones as settled); a call id already recorded is
+    left as it is."""
     if not calls:
         return
     rows = [
@@ -333,7 +340,10 @@ def add_tool_calls(session: Session, task_id: str, calls: Sequence[NewCall]) -> 
             "v_name": c.name,
             "v_args": c.args,
             "v_effect": c.effect,
-            "v_dispatch_state": "pending",
+            "v_dispatch_state": "pending" if c.refused is None else "settled",
+            "v_outcome": None if c.refused is None else "error",
+            "v_result": None if c.refused is None else {"output": c.refused, "is_error": True},
+            "v_settled_at": None if c.refused is None else now,
             "v_late_reports": 0,
         }
         for c in calls

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtime.store import runs
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
@@ -125,6 +127,44 @@ async def test_tool_exception_becomes_result_for_model_when_tool_has_a_bug(
     assert final.status is TaskStatus.succeeded
     [call] = await _calls(stack, task.task_id)
     assert call.outcome == "error"
+
+
+@pytest.mark.parametrize(
+    ("call", "told"),
+    [
+        ({"name": "lookup", "raw_args": '{"key": "a'}, "not valid JSON"),
+        ({"name": "lookup", "raw_args": '["a"]'}, "not a JSON object"),
+        (_call("lookup", key=7), "key: 7 is not of type 'string'"),
+        (_call("create_thing", title=["x"]), "title: ['x'] is not of type 'string'"),
+        (_call("delegate", context="why"), "'goal' is a required property"),
+    ],
+)
+async def test_malformed_arguments_come_back_to_model_as_tool_error_when_model_sends_them(
+    db_url: str, tmp_path: Path, call: dict[str, Any], told: str
+) -> None:
+    script = {
+        "scripts": [
+            {
+                "turns": [
+                    {"tool_calls": [call]},
+                    {"expect_seen": [told, "It was not run"], "tool_calls": [_call("lookup")]},
+                    {"expect_seen": ["value of None"], "say": "fixed my call"},
+                ]
+            }
+        ]
+    }
+    stack = build_stack(db_url, tmp_path, script)
+    task = (await stack.scheduler.schedule(make_spec())).task
+
+    final = await stack.run_until_terminal(task.task_id)
+
+    assert final.status is TaskStatus.succeeded
+    refused, retried = await _calls(stack, task.task_id)
+    assert (refused.outcome, refused.dispatched_at) == ("error", None)
+    assert retried.outcome == "ok"
+    assert not (tmp_path / "effects.log").exists()  # nothing ran for the refused call
+    lookups = (tmp_path / "lookups.log").read_text().splitlines()
+    assert lookups == ["start call_1_0"]
 
 
 async def test_unexpected_phase_exception_fails_task_with_error_recorded(

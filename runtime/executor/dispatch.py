@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
@@ -42,7 +42,9 @@ log = logging.getLogger(__name__)
 CHILD_WAIT_TOOL = "wait_for_task"
 
 
-async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def dispatch_tools(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["dispatch_tools", "await_tools"]]:
     calls = await _calls_of_turn(run, ctx)
     pending = [c for c in calls if c.dispatch_state == "pending"]
     if run.stop_requested:
@@ -62,8 +64,9 @@ async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
     for call in batch:
         ctx.faults.hit(f"dispatching:{call.call_id}")
     await asyncio.gather(*(_start(task, ctx, call, deadline) for call in batch))
-    next_phase = "dispatch_tools" if len(pending) > len(batch) else "await_tools"
-    return goto(run, next_phase)
+    if len(pending) > len(batch):
+        return goto(run, "dispatch_tools")
+    return goto(run, "await_tools")
 
 
 def _mark_unless_stopped(
@@ -84,7 +87,9 @@ def _mark_unless_stopped(
     return deadline
 
 
-async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def await_tools(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_tools", "advance_turn"]]:
     calls = await _calls_of_turn(run, ctx)
     open_calls = [c for c in calls if c.dispatch_state != "settled"]
     if run.stop_requested and open_calls:
@@ -108,7 +113,9 @@ async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     return goto(run, "await_tools", after="delay", delay_s=ctx.poll_interval_s)
 
 
-async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def advance_turn(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["check_scheduler", "report_stopped", "report_failure"]]:
     calls = await _calls_of_turn(run, ctx)
     now = ctx.clock.now()
 

@@ -7,7 +7,7 @@ with the lease id and the expected version, so a stale writer changes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from runtime.errors import StaleWrite
 from runtime.evidence import EvidenceItem, Strength
+from runtime.execution import ON_ERROR, Failure, Phase, RunState, phase_named
 from runtime.store.models import (
     EvidenceRow,
     ExecutionRow,
@@ -37,10 +38,10 @@ class Run:
     """A snapshot of an Execution as one tick loaded it."""
 
     task_id: str
-    phase: str
+    phase: Phase
     turn: int
     mailbox_position: int
-    state: dict[str, Any]
+    state: RunState
     version: int
     lease_id: str | None
     # Read when the tick loaded the run (None where the phase does not need them): whether a
@@ -226,7 +227,13 @@ def load_run(session: Session, task_id: str) -> Run | None:
     row = _LOAD_RUN.first(session, {"b_task_id": task_id})
     if row is None:
         return None
-    return Run(row[0], row[1], row[2], row[3], dict(row[4]), row[5], row[6])
+    state = RunState.from_json(row[4])
+    phase = phase_named(row[1])
+    if phase is None:
+        # Written by a version that knows more phases: this one can only report it.
+        failure = Failure(row[1], f"unknown phase {row[1]!r}")
+        phase, state = ON_ERROR, replace(state, error=failure)
+    return Run(row[0], phase, row[2], row[3], state, row[5], row[6])
 
 
 def commit_transition(
@@ -234,10 +241,10 @@ def commit_transition(
     run: Run,
     lease_id: str,
     *,
-    phase: str,
+    phase: Phase,
     turn: int,
     mailbox_position: int,
-    state: dict[str, Any],
+    state: RunState,
     now: datetime,
 ) -> int:
     """Advance the execution if nobody else has; returns the new version."""
@@ -248,7 +255,7 @@ def commit_transition(
         "b_phase": phase,
         "b_turn": turn,
         "b_mailbox_position": mailbox_position,
-        "b_state": state,
+        "b_state": state.to_json(),
         "b_new_version": run.version + 1,
         "b_now": now,
     }

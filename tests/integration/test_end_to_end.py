@@ -46,7 +46,7 @@ async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
     evidence = await db.read(lambda s: runs.evidence_of_tree(s, str(result.task_id)))
     run = await db.read(lambda s: runs.load_run(s, str(result.task_id)))
     db.close()
-    assert run is not None and "Run the tests with" in run.state["system"]  # AGENTS.md
+    assert run is not None and "Run the tests with" in (run.state.system or "")  # AGENTS.md
     tests_run = [e.item.detail for e in evidence if e.item.kind == "test_run"]
     assert [(t["exit_code"], t["passed"], t["failed"]) for t in tests_run] == [(1, 1, 1), (0, 2, 0)]
     [commit] = [e.item for e in evidence if e.item.kind == "commit"]

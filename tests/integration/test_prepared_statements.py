@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import event
 
 from runtime.errors import StaleWrite
+from runtime.execution import Activation, Failure, RunState
 from runtime.scheduler import Scheduler
 from runtime.store import runs
 from runtime.store import tasks as q
@@ -17,6 +18,13 @@ from runtime.store.models import ToolCallRow, TranscriptItemRow
 from tests.factories import make_spec
 
 NOW = datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=UTC)
+# Nested JSON and datetimes in the state column survive the driver path both ways.
+STATE = RunState(
+    system="be brief",
+    error=Failure("call_model", "boom", "ValueError", "trace"),
+    activation=Activation(2, NOW, 1),
+    idle_until=NOW,
+)
 
 
 async def _task_id(database: Database) -> str:
@@ -141,7 +149,7 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
             phase="check_scheduler",
             turn=2,
             mailbox_position=1,
-            state={"system": "be brief", "nested": {"k": [1, 2]}},
+            state=STATE,
             now=NOW,
         )
 
@@ -156,7 +164,7 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
         1,
         run.version + 1,
     )
-    assert after.state == {"system": "be brief", "nested": {"k": [1, 2]}}
+    assert after.state == STATE
 
 
 async def test_cursor_listeners_still_see_the_driver_path_statements(database: Database) -> None:

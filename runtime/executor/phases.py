@@ -23,11 +23,11 @@ from runtime.executor import brief
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
-from runtime.store import runs
 from runtime.store import tasks as q
+from runtime.store import tool_calls, transcripts
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult, TaskStatus
-from runtime.store.runs import Run
 from runtime.tools.arguments import refusal
 
 MAX_MODEL_RETRIES = 8
@@ -67,7 +67,7 @@ async def load_context(
 
     def write(session: Transaction) -> None:
         if item is not None:
-            runs.add_transcript_items(session, task.task_id, [item], now)
+            transcripts.add_transcript_items(session, task.task_id, [item], now)
         ctx.reporter.on_phase(session, task, "load_context", "reading the request")
 
     state = replace(run.state, system="\n\n".join(s for s in sections if s))
@@ -92,7 +92,7 @@ async def check_scheduler(
     now = ctx.clock.now()
 
     items = [
-        runs.NewItem(
+        transcripts.NewItem(
             tx.mailbox_key(message.message_id),
             "user",
             "mailbox",
@@ -107,7 +107,7 @@ async def check_scheduler(
     ]
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, items, now)
+        transcripts.add_transcript_items(session, task.task_id, items, now)
 
     return goto(run, "call_model", mailbox_position=messages[-1].seq, writes=(write,))
 
@@ -149,9 +149,9 @@ async def call_model(
             if isinstance(item, ToolCallItem)
             else tx.model_key(run.turn, index)
         )
-        items.append(runs.NewItem(key, role, kind, payload))
+        items.append(transcripts.NewItem(key, role, kind, payload))
     new_calls = [
-        runs.NewCall(
+        tool_calls.NewCall(
             call.call_id,
             run.turn,
             index,
@@ -169,8 +169,8 @@ async def call_model(
     ]
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, items, now)
-        runs.add_tool_calls(session, task.task_id, new_calls, now)
+        transcripts.add_transcript_items(session, task.task_id, items, now)
+        tool_calls.add_tool_calls(session, task.task_id, new_calls, now)
         if calls:
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
@@ -181,11 +181,11 @@ async def call_model(
     return goto(run, "report_terminal", state=state, writes=(write,))
 
 
-async def transcript_of(run: Run, ctx: ExecutorContext) -> Sequence[runs.TranscriptEntry]:
+async def transcript_of(run: Run, ctx: ExecutorContext) -> Sequence[transcripts.TranscriptEntry]:
     """The transcript as the tick loaded it, or read now."""
     if run.transcript is not None:
         return run.transcript
-    return await ctx.db.read(lambda s: runs.transcript(s, run.task_id))
+    return await ctx.db.read(lambda s: transcripts.transcript(s, run.task_id))
 
 
 def _retry_model(
@@ -211,7 +211,7 @@ async def report_terminal(
     lifetime = ctx.idle_lifetime_s(task.agent)
     if lifetime is not None:
         return _park(run, ctx, tx.final_text(entries, run.turn), lifetime)
-    calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
+    calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
     interrupted = [
         {"call_id": c.call_id, "name": c.name} for c in calls if c.outcome == "interrupted"
     ]
@@ -245,7 +245,7 @@ async def report_stopped(
             TaskStatus.timed_out, "the task passed its deadline", {"outcome": "timed_out"}
         )
     else:
-        calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
+        calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
         # Calls a stop cut short, as opposed to calls it kept from starting.
         ended = [c for c in calls if c.outcome == "canceled" and c.dispatched_at is not None]
         summary = "stopped on request"

@@ -19,11 +19,12 @@ from runtime.errors import StaleWrite
 from runtime.execution import Failure, Phase, may_follow
 from runtime.executor import dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.store import runs
+from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Lease, Task
-from runtime.store.runs import Run, TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class Runner:
         after = transition.after
         if after == "wait" and transition.wait_guard is not None:
             after = "wait" if transition.wait_guard(session) else "delay"
-        runs.commit_transition(
+        executions.commit_transition(
             session,
             run,
             lease.lease_id,
@@ -188,15 +189,16 @@ def _with_reads(session: Transaction, run: Run, held: _Held | None = None) -> _H
     known = held.transcript if held else ()
     calls = transcript = None
     if run.phase in _NEEDS_CALLS:
-        calls = tuple(runs.calls_of_turn(session, run.task_id, run.turn))
+        calls = tuple(tool_calls.calls_of_turn(session, run.task_id, run.turn))
     if run.phase in _NEEDS_TRANSCRIPT:
         after = known[-1].seq if known else 0
-        known = transcript = known + tuple(runs.transcript(session, run.task_id, after=after))
+        later = transcripts.transcript(session, run.task_id, after=after)
+        known = transcript = known + tuple(later)
     stop = q.stop_recorded(session, task)
     run = replace(run, stop_requested=stop, calls=calls, transcript=transcript)
     return _Held(run, task, known)
 
 
 def _load(session: Transaction, task_id: str) -> _Held | None:
-    run = runs.load_run(session, task_id)
+    run = executions.load_run(session, task_id)
     return None if run is None else _with_reads(session, run)

@@ -16,7 +16,7 @@ from runtime.models.base import (
     UserText,
 )
 from runtime.store.records import MailboxMessage
-from runtime.store.runs import TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 
 def brief_key(task_id: str) -> str:

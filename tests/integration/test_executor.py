@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.store import runs
+from runtime.store import tool_calls, transcripts
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
 from tests.harness import ChildAware, Stack, agent, build_stack
@@ -19,12 +19,12 @@ def _call(name: str, **args: Any) -> dict[str, Any]:
 
 
 async def _transcript_keys(stack: Stack, task_id: str) -> list[str]:
-    entries = await stack.db.run(lambda s: runs.transcript(s, task_id))
+    entries = await stack.db.run(lambda s: transcripts.transcript(s, task_id))
     return [e.item_key for e in entries]
 
 
-async def _calls(stack: Stack, task_id: str) -> list[runs.ToolCallRecord]:
-    return await stack.db.run(lambda s: runs.all_calls(s, task_id))
+async def _calls(stack: Stack, task_id: str) -> list[tool_calls.ToolCallRecord]:
+    return await stack.db.run(lambda s: tool_calls.all_calls(s, task_id))
 
 
 async def test_task_succeeds_with_final_text_when_script_reads_then_answers(

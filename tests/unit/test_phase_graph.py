@@ -48,7 +48,7 @@ def _mypy(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
         from runtime.executor.context import ExecutorContext, Transition
         from runtime.executor.phases import goto
         from runtime.store.records import Task
-        from runtime.store.runs import Run
+        from runtime.store.executions import Run
     """
     snippet.write_text(textwrap.dedent(header) + textwrap.dedent(body))
     command = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", str(snippet)]

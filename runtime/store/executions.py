@@ -1,22 +1,26 @@
-"""Executions: the persisted phase machine of each task, one row per task.
+"""Executions: the persisted phase machine of each task, one row per task, and its lease.
 
 A phase's writes and its transition commit together; ``commit_transition`` fences the write
-with the lease id and the expected version, so a stale writer changes nothing.
+with the lease id and the expected version, so a stale writer changes nothing. Granting or
+taking back a lease moves the version too. Row locks (``FOR UPDATE``) are no-ops on SQLite,
+where ``BEGIN IMMEDIATE`` already serialises writers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import cast
 
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from runtime.errors import StaleWrite
-from runtime.execution import ON_ERROR, Failure, Phase, RunState, phase_named
+from runtime.execution import FIRST_PHASE, ON_ERROR, Failure, Phase, RunState, phase_named
+from runtime.ids import TaskId, new_token
 from runtime.store.models import ExecutionRow, Json, UtcDateTime
 from runtime.store.prepared import Prepared
+from runtime.store.records import Lease
 from runtime.store.tool_calls import ToolCallRecord
 from runtime.store.transcripts import TranscriptEntry
 
@@ -111,3 +115,68 @@ def commit_transition(
     if _ADVANCE.execute(session, params) != 1:
         raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
     return run.version + 1
+
+
+# -- creation and leases ---------------------------------------------------------------------
+
+
+def add_execution(session: Session, task_id: str, now: datetime) -> None:
+    """The new task's execution, at its first phase with an empty state."""
+    session.add(
+        ExecutionRow(
+            task_id=task_id, phase=FIRST_PHASE, turn=0, mailbox_position=0,
+            state=RunState().to_json(), version=0, updated_at=now,
+        )
+    )
+
+
+def lock_execution(session: Session, task_id: str) -> ExecutionRow | None:
+    return session.scalars(
+        select(ExecutionRow).where(ExecutionRow.task_id == task_id).with_for_update()
+    ).first()
+
+
+def lease_is_live(execution: ExecutionRow, now: datetime) -> bool:
+    expires = execution.lease_expires_at
+    return execution.lease_id is not None and expires is not None and expires > now
+
+
+def grant_lease(
+    execution: ExecutionRow, owner: str, now: datetime, lease_seconds: float
+) -> Lease:
+    execution.lease_id = new_token()
+    execution.lease_owner = owner
+    execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    execution.version += 1
+    execution.updated_at = now
+    return Lease(TaskId(execution.task_id), execution.lease_id, owner, execution.lease_expires_at)
+
+
+def renew_lease(execution: ExecutionRow, now: datetime, lease_seconds: float) -> datetime:
+    """Extend the lease the execution holds; its new expiry."""
+    expires = execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    return expires
+
+
+def clear_lease(execution: ExecutionRow) -> None:
+    execution.lease_id = None
+    execution.lease_owner = None
+    execution.lease_expires_at = None
+
+
+def take_back_expired(session: Session, now: datetime, limit: int) -> list[str]:
+    """Clear up to ``limit`` leases that expired, moving each execution's version so that
+    the worker that lost its lease cannot commit; the task ids whose leases went."""
+    query = (
+        select(ExecutionRow)
+        .where(ExecutionRow.lease_id.is_not(None), ExecutionRow.lease_expires_at < now)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    expired = session.scalars(query).all()
+    for execution in expired:
+        clear_lease(execution)
+        execution.version += 1
+    return [execution.task_id for execution in expired]
+
+

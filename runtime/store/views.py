@@ -15,6 +15,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from runtime.evidence import Strength
+from runtime.execution import RunState
 from runtime.store import ledger, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
@@ -202,8 +203,7 @@ def _execution(session: Session, task_id: str) -> ExecutionView | None:
     row = session.get(ExecutionRow, task_id)
     if row is None:
         return None
-    error = row.state.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
+    error = RunState.from_json(row.state).error
     return ExecutionView(
         row.phase,
         row.turn,
@@ -212,7 +212,7 @@ def _execution(session: Session, task_id: str) -> ExecutionView | None:
         row.lease_expires_at,
         row.version,
         row.updated_at,
-        None if message is None else str(message),
+        error.message if error is not None else None,
     )
 
 

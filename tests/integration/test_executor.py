@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from runtime.executor import phases, runner
 from runtime.store import tool_calls, transcripts
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
@@ -181,6 +182,24 @@ async def test_unexpected_phase_exception_fails_task_with_error_recorded(
     assert final.result is not None
     assert final.result["error"]["type"] == "ZeroDivisionError"
     assert final.result["error"]["phase"] == "call_model"
+
+
+async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def skips_ahead(run: Any, task: Any, ctx: Any) -> Any:
+        return phases.goto(run, "done")  # load_context may only go to check_scheduler
+
+    monkeypatch.setitem(runner.PHASES, "load_context", skips_ahead)
+    stack = build_stack(db_url, tmp_path, {"scripts": [{"turns": [{"say": "never"}]}]})
+    task = (await stack.scheduler.schedule(make_spec())).task
+
+    final = await stack.run_until_terminal(task.task_id)
+
+    assert final.status is TaskStatus.failed
+    assert final.result is not None
+    assert final.result["error"]["phase"] == "load_context"
+    assert "may not go to done" in final.result["error"]["message"]
 
 
 async def test_each_limit_ends_run_with_its_named_outcome(db_url: str, tmp_path: Path) -> None:

@@ -12,16 +12,16 @@ for the turns and hours of all the events before this one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from runtime.errors import Permanent, Retryable, StaleWrite
-from runtime.execution import Activation, Failure, Limit, Phase
+from runtime.execution import Activation, Failure, Limit, Phase, RunState
 from runtime.executor import brief
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition
+from runtime.executor.context import After, ExecutorContext, Transition, Write
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
 from runtime.store import tasks as q
 from runtime.store import tool_calls, transcripts
@@ -35,14 +35,31 @@ MAX_MODEL_RETRIES = 8
 To = TypeVar("To", bound=Phase)
 
 
-def goto(run: Run, phase: To, **changes: Any) -> Transition[To]:
-    values: dict[str, Any] = {
-        "state": run.state,
-        "turn": run.turn,
-        "mailbox_position": run.mailbox_position,
-    }
-    values.update(changes)
-    return Transition(phase=phase, **values)
+def goto(
+    run: Run,
+    phase: To,
+    *,
+    state: RunState | None = None,
+    turn: int | None = None,
+    mailbox_position: int | None = None,
+    writes: tuple[Write, ...] = (),
+    after: After = "continue",
+    delay_s: float = 0.0,
+    wait_guard: Callable[[Transaction], bool] | None = None,
+    wake_at: datetime | None = None,
+) -> Transition[To]:
+    """The run moves to ``phase``; what is not given stays as the run has it."""
+    return Transition(
+        phase=phase,
+        state=run.state if state is None else state,
+        turn=run.turn if turn is None else turn,
+        mailbox_position=run.mailbox_position if mailbox_position is None else mailbox_position,
+        writes=writes,
+        after=after,
+        delay_s=delay_s,
+        wait_guard=wait_guard,
+        wake_at=wake_at,
+    )
 
 
 def limit_reached(
@@ -51,8 +68,8 @@ def limit_reached(
     return goto(run, "report_failure", state=replace(run.state, limit=Limit(name, value)))
 
 
-def failed(run: Run, failure: Failure, **changes: Any) -> Transition[Literal["report_failure"]]:
-    return goto(run, "report_failure", state=replace(run.state, error=failure), **changes)
+def failed(run: Run, failure: Failure) -> Transition[Literal["report_failure"]]:
+    return goto(run, "report_failure", state=replace(run.state, error=failure))
 
 
 async def load_context(

@@ -1,4 +1,5 @@
-"""Only runtime/store changes ORM rows: elsewhere a row may be read, never written.
+"""Only runtime/store changes ORM rows: elsewhere a row may be read, never written. And
+only ``runtime/store/inserts.py`` spells an insert that ignores conflicts.
 
 Parsed, not imported: outside the store, no assignment (plain, augmented, annotated or a
 ``del``) to an attribute that is a mapped column of a store model, no ``setattr`` or
@@ -112,3 +113,32 @@ record = replace(task, result=None)
     found = row_writes(source)
 
     assert [line.split(":")[0] for line in found] == ["2", "3", "4", "5", "6", "7", "8"]
+
+
+def _conflict_clauses(source: str) -> list[str]:
+    """Each insert-ignore spelt in ``source``: a dialect's insert construct imported, or its
+    conflict clause called."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "sqlalchemy.dialects"
+        ):
+            found.extend(f"{node.lineno}: {alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("on_conflict_do"):
+            found.append(f"{node.lineno}: {node.attr}")
+    return found
+
+
+def test_only_the_insert_helper_spells_insert_ignore_when_sources_are_parsed() -> None:
+    helper = STORE / "inserts.py"
+    packages = ("runtime", "routing", "adapters")
+    sources = (path for package in packages for path in (ROOT / package).rglob("*.py"))
+    spelt = [
+        f"{path.relative_to(ROOT)}:{clause}"
+        for path in sorted(sources)
+        if path != helper
+        for clause in _conflict_clauses(path.read_text(encoding="utf-8"))
+    ]
+
+    assert spelt == []
+    assert _conflict_clauses(helper.read_text(encoding="utf-8")) != []  # the check sees it

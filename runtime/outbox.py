@@ -130,7 +130,11 @@ class OutboxDispatcher:
     async def _landed(self, post: OutboxPost, where: Landed) -> None:
         now = self.clock.now()
 
-        await self.db.run(lambda s: outbox.mark_landed(s, post, where, now))
+        await self.db.run(
+            lambda s: outbox.landed(
+                s, post.outbox_id, body=post.body, actions=post.actions, where=str(where), now=now
+            )
+        )
 
     async def _retry(self, post: OutboxPost, error: Retryable) -> None:
         if post.attempts + 1 >= self.max_attempts:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import OutboxRow
 from runtime.surfaces import Action
-from runtime.threads import Landed, ThreadRef
+from runtime.threads import ThreadRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +136,24 @@ def mark(session: Session, outbox_id: int, **values: object) -> None:
             setattr(row, name, value)
 
 
-def mark_landed(session: Session, post: OutboxPost, where: Landed, now: datetime) -> None:
-    """``post`` landed ``where``. If a newer body (or buttons) arrived while it was
-    being sent, the row stays stale, to be edited to the newer one."""
-    row = session.get(OutboxRow, post.outbox_id)
+def landed(
+    session: Session,
+    outbox_id: int,
+    *,
+    body: str,
+    actions: Sequence[Action],
+    where: str,
+    now: datetime,
+) -> None:
+    """The post arrived at ``where``: landed, or stale if a newer body (or buttons) came in
+    while it was being sent."""
+    row = session.get(OutboxRow, outbox_id)
     if row is None:
         return
-    sent = [a.to_json() for a in post.actions] or None
-    newer = row.body != post.body or (row.actions or None) != sent
+    sent = [a.to_json() for a in actions] or None
+    newer = row.body != body or (row.actions or None) != sent
     row.state = "stale" if newer else "landed"
-    row.landed_on = str(where)
+    row.landed_on = where
     row.landed_at = now
     row.last_error = None
 

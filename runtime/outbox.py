@@ -129,7 +129,6 @@ class OutboxDispatcher:
 
     async def _landed(self, post: OutboxPost, where: Landed) -> None:
         now = self.clock.now()
-
         await self.db.run(
             lambda s: outbox.landed(
                 s, post.outbox_id, body=post.body, actions=post.actions, where=str(where), now=now

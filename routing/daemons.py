@@ -158,7 +158,8 @@ def daemon_residency(
 ) -> dict[str, float]:
     """Idle lifetime in seconds of each daemon's resident agent, by ``task_agent``."""
     return {
-        daemon.task_agent: daemon.idle_lifetime_s or default_idle_lifetime_s for daemon in daemons
+        daemon.task_agent: daemon.idle_lifetime_s or default_idle_lifetime_s
+        for daemon in daemons
     }
 
 
@@ -209,7 +210,8 @@ def load_repo_daemons(
         daemon = parse_daemon_file(_read(path, source), source=source, repo=repo, agent=agent)
         if daemon.daemon_id != path.parent.name:
             raise DaemonFileError(
-                f"{source}: id {daemon.daemon_id!r} does not match its folder {path.parent.name!r}"
+                f"{source}: id {daemon.daemon_id!r} does not match its folder "
+                f"{path.parent.name!r}"
             )
         found.append(daemon)
     return tuple(found)

@@ -99,7 +99,9 @@ async def issue(client: GitHubClient, repo: str, number: int) -> IssueInfo:
     return await client.call(read)
 
 
-async def comments(client: GitHubClient, repo: str, number: int, limit: int) -> Listed[CommentInfo]:
+async def comments(
+    client: GitHubClient, repo: str, number: int, limit: int
+) -> Listed[CommentInfo]:
     def read(gh: Github) -> Listed[CommentInfo]:
         found = gh.get_repo(repo).get_issue(number).get_comments()
         return _first((_comment(c) for c in found), limit)

@@ -76,7 +76,9 @@ class GitHubSurface:
                 return issue.comment(comment.comment_id)
         return None
 
-    async def update(self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()) -> None:
+    async def update(
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
         ref = _issue(posted)
         if ref.comment_id is None:
             raise Permanent(f"not a GitHub comment: {ref}")

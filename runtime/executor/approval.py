@@ -12,30 +12,29 @@ same commit that leaves the park, and dispatch then marks it ``dispatching`` onc
 call. ``reject <reason>`` settles the call, in that commit, with the reason as the result the
 model reads. Only replies written after the question count, and a button names its call, so
 an old approval never lets a later write through. The replies read while parked are shown
-to the model once the turn is over (``REPLAY``): a tool call's results must follow it.
+to the model once the turn is over (``mailbox_replay_from``): a tool call's results must
+follow it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from runtime.execution import ApprovalAsk, RunState
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition
-from runtime.store import outbox, runs
+from runtime.executor.context import ExecutorContext, Transition, Write
+from runtime.store import outbox, tool_calls
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import MailboxMessage, Task
-from runtime.store.runs import Run, ToolCallRecord
+from runtime.store.tool_calls import ToolCallRecord
 from runtime.surfaces import Action
 from runtime.tools.base import Previewable, ToolContext
 
-# Run state: the open question, the calls approved so far, and where the mailbox stood
-# before the first question of this turn (check_scheduler reads on from there).
-ASK = "approval_ask"
-APPROVED = "approved_calls"
-REPLAY = "mailbox_replay_from"
+Next = Transition[Literal["await_approval", "dispatch_tools"]]
 
 # A button's text names its call: "approve call=<call id>".
 CALL_MARK = "call="
@@ -56,14 +55,14 @@ def approval_key(call_id: str) -> str:
 def unapproved(run: Run, task: Task, ctx: ExecutorContext, calls: Sequence[ToolCallRecord]) -> int:
     """Index of the first call in ``calls`` that must wait for approval; len(calls) if none."""
     required = ctx.agent(task.agent).require_approval
-    approved = set(run.state.get(APPROVED) or ())
+    approved = set(run.state.approved_calls)
     for index, call in enumerate(calls):
         if call.name in required and call.call_id not in approved:
             return index
     return len(calls)
 
 
-async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Transition:
+async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Next:
     """Post what the call will do and park until someone answers."""
     if task.origin_thread_ref is None or task.parent_id is not None:
         return _unaskable(run, task, ctx, call)
@@ -74,7 +73,7 @@ async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) 
     thread = task.origin_thread_ref
 
     def post(session: Transaction) -> None:
-        runs.enqueue_post(
+        outbox.enqueue_post(
             session,
             task_id=task.task_id,
             purpose="approval",
@@ -87,18 +86,17 @@ async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) 
         )
         ctx.reporter.on_phase(session, task, "await_approval", f"waiting for approval: {call.name}")
 
-    question = {
-        "call_id": call.call_id,
-        "name": call.name,
-        "after": task.mailbox_seq,
-        "body": body,
-    }
-    state = {**run.state, ASK: question}
-    state.setdefault(REPLAY, run.mailbox_position)
-    return Transition("await_approval", state, run.turn, run.mailbox_position, (post,), "wait")
+    question = ApprovalAsk(call.call_id, call.name, task.mailbox_seq, body)
+    replay = run.state.mailbox_replay_from
+    state = replace(
+        run.state,
+        approval_ask=question,
+        mailbox_replay_from=run.mailbox_position if replay is None else replay,
+    )
+    return _goto(run, "await_approval", state, writes=(post,), after="wait")
 
 
-def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Transition:
+def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Next:
     """A delegated task (or one with no thread) has nobody to ask: replies reach the task
     that owns the thread. The call is refused, so the model can leave it to that task."""
     output = (
@@ -109,7 +107,9 @@ def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord)
 
     def refuse(session: Transaction) -> None:
         result = {"output": output, "is_error": True}
-        runs.settle(session, task.task_id, call.call_id, outcome="rejected", result=result, now=now)
+        tool_calls.settle(
+            session, task.task_id, call.call_id, outcome="rejected", result=result, now=now
+        )
 
     return _goto(run, "dispatch_tools", run.state, writes=(refuse,))
 
@@ -153,19 +153,19 @@ def _clip(text: str, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-async def await_approval(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def await_approval(run: Run, task: Task, ctx: ExecutorContext) -> Next:
     """Ticked by a reply, a stop, or a stale wake-up."""
     if run.stop_requested:
         return _goto(run, "dispatch_tools", run.state)  # it cancels the unstarted calls
-    question = dict(run.state.get(ASK) or {})
-    if not question or task.mailbox_seq <= run.mailbox_position:
+    question = run.state.approval_ask
+    if question is None or task.mailbox_seq <= run.mailbox_position:
         return _goto(run, "await_approval", run.state, after="wait")
     messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
     if not messages:
         return _goto(run, "await_approval", run.state, after="wait")
-    call_id = str(question["call_id"])
     for message in messages:
-        answer = answer_of(message.text, call_id) if message.seq > int(question["after"]) else None
+        fresh = message.seq > question.after
+        answer = answer_of(message.text, question.call_id) if fresh else None
         if answer is not None:
             return _answered(run, task, ctx, question, message, answer)
     return _goto(run, "await_approval", run.state, messages[-1].seq, after="wait")
@@ -175,17 +175,16 @@ def _answered(
     run: Run,
     task: Task,
     ctx: ExecutorContext,
-    question: dict[str, Any],
+    question: ApprovalAsk,
     message: MailboxMessage,
     answer: Answer,
-) -> Transition:
-    call_id, name = str(question["call_id"]), str(question["name"])
+) -> Next:
+    call_id, name, asked = question.call_id, question.name, question.body
     who = str(tx.sender_part(message).get("name") or message.author or "someone")
-    state = {k: v for k, v in run.state.items() if k != ASK}
+    state = replace(run.state, approval_ask=None)
     now = ctx.clock.now()
-    asked = str(question.get("body", ""))
     if answer.verdict == "approve":
-        state[APPROVED] = [*(state.get(APPROVED) or ()), call_id]
+        state = replace(state, approved_calls=(*state.approved_calls, call_id))
 
         def approved(session: Transaction) -> None:
             # The outcome takes the place of the buttons, so nobody answers twice.
@@ -198,7 +197,9 @@ def _answered(
 
     def rejected(session: Transaction) -> None:
         result = {"output": output, "is_error": True}
-        runs.settle(session, task.task_id, call_id, outcome="rejected", result=result, now=now)
+        tool_calls.settle(
+            session, task.task_id, call_id, outcome="rejected", result=result, now=now
+        )
         outbox.set_body(session, approval_key(call_id), f"{asked}\n❌ Rejected by {who}.", ())
         ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} rejected by {who}")
 
@@ -224,23 +225,26 @@ def answer_of(text: str, call_id: str) -> Answer | None:
 
 def replay_position(run: Run) -> int:
     """Where check_scheduler reads the mailbox from: before any reply read while parked."""
-    replay = run.state.get(REPLAY)
-    return run.mailbox_position if replay is None else min(int(replay), run.mailbox_position)
+    replay = run.state.mailbox_replay_from
+    return run.mailbox_position if replay is None else min(replay, run.mailbox_position)
 
 
-def after_turn(state: dict[str, Any]) -> dict[str, Any]:
+def after_turn(state: RunState) -> RunState:
     """The run state once a turn's approvals are over."""
-    return {k: v for k, v in state.items() if k not in (ASK, APPROVED, REPLAY)}
+    return replace(state, approval_ask=None, approved_calls=(), mailbox_replay_from=None)
+
+
+To = Literal["await_approval", "dispatch_tools"]
 
 
 def _goto(
     run: Run,
-    phase: Any,
-    state: dict[str, Any],
+    phase: To,
+    state: RunState,
     position: int | None = None,
-    writes: tuple[Any, ...] = (),
+    writes: tuple[Write, ...] = (),
     *,
     after: Literal["continue", "wait"] = "continue",
-) -> Transition:
+) -> Next:
     mailbox_position = run.mailbox_position if position is None else position
     return Transition(phase, state, run.turn, mailbox_position, writes, after)

@@ -13,12 +13,23 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from runtime.evidence import EvidenceItem
+from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import PullLinkRow, TaskRow
+
+_COLUMNS = (
+    "repo",
+    "number",
+    "objective_key",
+    "task_id",
+    "head_ref",
+    "head_sha",
+    "created_at",
+    "updated_at",
+)
+_LINK_ONCE = insert_ignoring(PullLinkRow.__table__, _COLUMNS, ("repo", "number"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +81,7 @@ def link_pull(session: Session, link: PullLink, now: datetime) -> None:
         "created_at": now,
         "updated_at": now,
     }
-    maker = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    statement = maker(PullLinkRow).on_conflict_do_nothing(index_elements=["repo", "number"])
-    session.execute(statement.values(**values))
+    _LINK_ONCE.execute(session, parameters(values))
     if link.head_sha:
         session.execute(
             update(PullLinkRow)

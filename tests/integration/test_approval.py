@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime.executor.approval import Answer, answer_of
 from runtime.scheduler import Appended, Duplicate
-from runtime.store import outbox, runs
+from runtime.store import executions, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.records import Task, TaskStatus
 from tests.factories import make_spec, text_part
@@ -65,7 +65,7 @@ async def asks(stack: Stack, task_id: str) -> list[outbox.OutboxPost]:
 
 
 async def parked(stack: Stack, task_id: str) -> bool:
-    run = await stack.db.read(lambda s: runs.load_run(s, task_id))
+    run = await stack.db.read(lambda s: executions.load_run(s, task_id))
     task = await stack.scheduler.get(task_id)
     waiting = task is not None and task.status is TaskStatus.waiting
     return run is not None and run.phase == "await_approval" and waiting
@@ -73,7 +73,7 @@ async def parked(stack: Stack, task_id: str) -> bool:
 
 async def ended(stack: Stack, task_id: str) -> Task:
     async def done() -> bool:
-        run = await stack.db.read(lambda s: runs.load_run(s, task_id))
+        run = await stack.db.read(lambda s: executions.load_run(s, task_id))
         return run is not None and run.phase == "done"
 
     await until(done)
@@ -117,7 +117,9 @@ async def test_write_waits_for_approve_and_runs_once_when_approved_twice(
         final = await ended(stack, task.task_id)
     assert final.status is TaskStatus.succeeded
     assert len(effects(stack)) == 1
-    keys = [e.item_key for e in await stack.db.read(lambda s: runs.transcript(s, task.task_id))]
+    keys = [
+        e.item_key for e in await stack.db.read(lambda s: transcripts.transcript(s, task.task_id))
+    ]
     # The replies read while parked reach the model after the call's result, once.
     remark = next(k for k in keys if k.startswith("mbx:"))
     assert keys.index("result:call_1_0") < keys.index(remark) < keys.index("model:2:0")
@@ -139,7 +141,7 @@ async def test_reject_reason_reaches_the_model_as_the_result_when_a_person_rejec
     assert effects(stack) == []
     [call] = [
         c
-        for c in await stack.db.read(lambda s: runs.all_calls(s, task.task_id))
+        for c in await stack.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
         if c.name == "create_thing"
     ]
     assert call.outcome == "rejected" and call.dispatched_at is None

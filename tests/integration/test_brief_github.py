@@ -108,13 +108,7 @@ async def test_first_request_holds_changed_files_hunk_thread_and_linked_issue_on
         )
         body = "@keel please do what octocat suggests"
         reply = github.add_review_comment(
-            GH_REPO,
-            pull,
-            body,
-            user=GH_USER,
-            path="src/cart.py",
-            line=12,
-            diff_hunk=HUNK,
+            GH_REPO, pull, body, user=GH_USER, path="src/cart.py", line=12, diff_hunk=HUNK,
             in_reply_to=first,
         )
         payload = load_github_example(
@@ -150,7 +144,9 @@ async def test_five_megabyte_diff_is_cut_to_the_bound_with_the_omission_stated(
     extra = script(tmp_path / "s", {"expect_seen": expected, "say": "read it"})
     extra["context"] = {"max_chars": bound}
     hunk = "@@ -1,1 +1,5000 @@\n" + "\n".join(f"+line {n} " + "x" * 12 for n in range(5000))
-    files = tuple(PullFile(f"src/module_{n:02d}.py", "modified", 5000, 1, hunk) for n in range(50))
+    files = tuple(
+        PullFile(f"src/module_{n:02d}.py", "modified", 5000, 1, hunk) for n in range(50)
+    )
     assert sum(len(f.patch or "") for f in files) > 5_000_000
     with live_keel(tmp_path, db_url, workers=True, extra=extra) as live:
         pull = live.github.add_pull(

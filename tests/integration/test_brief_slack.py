@@ -91,10 +91,7 @@ async def test_first_request_holds_thread_with_names_files_and_links_when_asked_
     assert (workspace / ".keel/files/F0KEEL0001-screenshot.png").read_bytes() == PNG
     status = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=all"],
-        cwd=workspace,
-        capture_output=True,
-        text=True,
-        check=True,
+        cwd=workspace, capture_output=True, text=True, check=True,
     )
     assert ".keel" not in status.stdout  # the files can never be committed
     assert "shown to you as an image" not in brief and "images" not in entries[0].payload

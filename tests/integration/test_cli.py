@@ -93,12 +93,8 @@ def test_serve_warns_on_stderr_when_no_surface_is_enabled(tmp_path: Path) -> Non
     args = ["serve", "--port", "0"]
     db_url = f"sqlite:///{tmp_path / 'keel.db'}"
     with subprocess.Popen(
-        [*KEEL, *args],
-        env=_env(db_url),
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
+        [*KEEL, *args], env=_env(db_url), cwd=tmp_path, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, text=True,
     ) as server:
         try:
             assert server.stderr is not None
@@ -161,9 +157,8 @@ async def test_tasks_tail_exit_code_says_how_it_ended_when_task_is_terminal(
     task = (await scheduler.schedule(make_spec(message="fix it"))).task
     await scheduler.report_result(task.task_id, TaskResult(status, "ended"))
     with db.engine.begin() as conn:  # as the executor leaves it once the outcome is reported
-        conn.execute(
-            text("UPDATE executions SET phase = 'done' WHERE task_id = :t"), {"t": task.task_id}
-        )
+        conn.execute(text("UPDATE executions SET phase = 'done' WHERE task_id = :t"),
+                     {"t": task.task_id})
     db.close()
     result = _keel("tasks", "tail", task.task_id, db_url=db_url, cwd=tmp_path)
     assert result.returncode == code, result.stderr

@@ -40,12 +40,8 @@ DAEMONS = DaemonsConfig.model_validate(
                 "agent": "fixer",
                 "purpose": "Diagnose failed CI runs and propose a fix.",
                 "watch": [
-                    {
-                        "provider": "github",
-                        "kind": "check_run",
-                        "conclusion": "failure",
-                        "repo": REPO,
-                    }
+                    {"provider": "github", "kind": "check_run", "conclusion": "failure",
+                     "repo": REPO}
                 ],
             }
         ]

@@ -506,13 +506,7 @@ def _pull_with_review(github: GitHub) -> tuple[int, int, int]:
         REPO, number, "why b?", user="alice", path="app.py", line=1, diff_hunk=hunk
     )
     reply = state.add_review_comment(
-        REPO,
-        number,
-        "because",
-        user="alice",
-        path="app.py",
-        line=1,
-        diff_hunk=hunk,
+        REPO, number, "because", user="alice", path="app.py", line=1, diff_hunk=hunk,
         in_reply_to=first,
     )
     return number, first, reply

@@ -123,3 +123,4 @@ async def test_unknown_event_is_acknowledged_and_dropped_with_a_reason(
     db.close()
     assert [(r.decision, r.reason is not None) for r in rows] == [("drop", True)]
     assert _count(db_url, TaskRow) == 0
+

@@ -124,18 +124,10 @@ def _put_outbox(engine: Engine, rows: list[tuple[str, str | None]]) -> None:
     now = datetime.now(UTC)
     values = [
         {
-            "task_id": "t1",
-            "purpose": f"p{n}",
-            "surface": parse_thread(ref).surface,
-            "thread_ref": ref,
-            "idempotency_key": f"k{n}",
-            "action": "post",
-            "body": "b",
-            "state": "landed" if landed else "pending",
-            "attempts": 1,
-            "landed_on": landed,
-            "next_attempt_at": now,
-            "created_at": now,
+            "task_id": "t1", "purpose": f"p{n}", "surface": parse_thread(ref).surface,
+            "thread_ref": ref, "idempotency_key": f"k{n}", "action": "post", "body": "b",
+            "state": "landed" if landed else "pending", "attempts": 1, "landed_on": landed,
+            "next_attempt_at": now, "created_at": now,
         }
         for n, (ref, landed) in enumerate(rows)
     ]
@@ -167,8 +159,7 @@ def test_legacy_slack_landed_on_becomes_a_thread_reference_when_upgraded(db_url:
     # Down again, posts get their old form; fallback posts keep the team they were given.
     assert restored[0] == "slack:C1:1700000000.000200"
     assert restored[1:3] == [
-        "fallback:slack:COPS:1700000009.000001",
-        "fallback:slack:COPS:1700000009.000002",
+        "fallback:slack:COPS:1700000009.000001", "fallback:slack:COPS:1700000009.000002"
     ]
     assert restored[3:] == [old for _, old, _ in LANDED[3:]]
 

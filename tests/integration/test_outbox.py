@@ -13,7 +13,7 @@ from runtime.evidence import EvidenceItem, Strength
 from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ThreadReporter, completion_text, progress_key
 from runtime.scheduler import Scheduler
-from runtime.store import outbox, runs
+from runtime.store import ledger, outbox
 from runtime.store.engine import Database
 from runtime.store.models import OutboxRow
 from runtime.store.records import TaskResult, TaskStatus
@@ -51,7 +51,9 @@ class FakeSurface:
                 return message(posted_in, index)
         return None
 
-    async def update(self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()) -> None:
+    async def update(
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
         self.updates.append((posted, text))
 
     async def react(self, target: ThreadRef, emoji: str) -> None:
@@ -172,17 +174,9 @@ async def test_unreadable_row_fails_alone_with_the_reason_when_others_are_due(
 
 def _row(task_id: str, thread_ref: str, key: str, clock: ManualClock) -> OutboxRow:
     return OutboxRow(
-        task_id=task_id,
-        purpose="completion",
-        surface="slack",
-        thread_ref=thread_ref,
-        idempotency_key=key,
-        action="post",
-        body="never sent",
-        state="pending",
-        attempts=0,
-        next_attempt_at=clock.now(),
-        created_at=clock.now(),
+        task_id=task_id, purpose="completion", surface="slack", thread_ref=thread_ref,
+        idempotency_key=key, action="post", body="never sent", state="pending", attempts=0,
+        next_attempt_at=clock.now(), created_at=clock.now(),
     )
 
 
@@ -214,7 +208,7 @@ async def test_daemon_no_op_stays_silent(database: Database) -> None:
     result = TaskResult(TaskStatus.succeeded, "nothing to do")
     database.run_sync(lambda s: reporter.on_finished(s, task, result))
     assert database.run_sync(lambda s: outbox.posts_of_task(s, task.task_id)) == []
-    assert database.run_sync(lambda s: runs.evidence_of_tree(s, task.root_id)) == []
+    assert database.run_sync(lambda s: ledger.evidence_of_tree(s, task.root_id)) == []
 
 
 @pytest.mark.parametrize(
@@ -242,7 +236,9 @@ async def test_post_and_its_later_edits_go_to_the_fallback_surface(
         else FakeSurface(name=origin_name, fail_with=Permanent("channel_not_found")),
         **({} if origin_name == fallback_name else {fallback_name: fallback}),
     }
-    dispatcher = OutboxDispatcher(database, surfaces, clock, fallback=fallback_ref)
+    dispatcher = OutboxDispatcher(
+        database, surfaces, clock, fallback=fallback_ref
+    )
     task_id = await _task(database)
     database.run_sync(
         lambda s: outbox.enqueue_post(
@@ -292,7 +288,9 @@ class _RefusingThread:
             return None
         return await self.inner.find_post(thread, key=key)
 
-    async def update(self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()) -> None:
+    async def update(
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
         await self.inner.update(posted, text)
 
     async def react(self, target: ThreadRef, emoji: str) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from adapters.demo.repo import branch_head
 from adapters.emulators.corpus import load_github_example
-from runtime.store import links, runs
+from runtime.store import executions, links
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import TaskRow
@@ -112,7 +112,7 @@ async def test_inline_review_comment_is_fixed_pushed_and_answered_in_its_thread(
                 posts = [m for m in live.slack.bot_posts(CHANNEL) if m.text.startswith("Updated")]
                 await asyncio.sleep(0.1)
         after = branch_head(origin, "keel/fix-add")
-        run = await db.read(lambda s: runs.load_run(s, second.task_id))
+        run = await db.read(lambda s: executions.load_run(s, second.task_id))
         moved = await db.read(lambda s: links.pull_link(s, SHOP, 1))
         query = select(TaskRow).where(TaskRow.objective_key == objective)
         tasks = await db.read(lambda s: list(s.scalars(query)))

@@ -56,10 +56,7 @@ def make_router(
 ) -> Router:
     clock = ManualClock(NOW)
     return Router(
-        scheduler or Scheduler(database, clock=clock),
-        database,
-        policy,
-        clock,
+        scheduler or Scheduler(database, clock=clock), database, policy, clock,
         retry_delays=(0, 0),
     )
 
@@ -105,11 +102,7 @@ class FinishesFirst(Scheduler):
     """The target task completes between routing's lookup and its append."""
 
     def append_in(
-        self,
-        session: Transaction,
-        task_id: str,
-        key: str,
-        parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
         author: str | None,
     ) -> AppendOutcome:
         self.report_result_in(session, task_id, TaskResult(TaskStatus.succeeded, "done"))
@@ -120,11 +113,7 @@ class LaggingNotFound(Scheduler):
     """Answers NotFound to every append while the task itself stays readable."""
 
     def append_in(
-        self,
-        session: Transaction,
-        task_id: str,
-        key: str,
-        parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
         author: str | None,
     ) -> AppendOutcome:
         return NotFound(task_id)
@@ -144,11 +133,7 @@ class Flaky(Scheduler):
         self.keys: list[str] = []
 
     def append_in(
-        self,
-        session: Transaction,
-        task_id: str,
-        key: str,
-        parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
         author: str | None,
     ) -> AppendOutcome:
         self.keys.append(key)
@@ -472,5 +457,7 @@ async def test_escalation_is_queued_with_the_decision_that_made_it(database: Dat
     result = await ingest(router, make_signal())
     assert result.decision == "escalated"
     posts = database.run_sync(lambda s: posts_of_task(s, task.task_id))
-    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [("escalation", THREAD, "post")]
+    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [
+        ("escalation", THREAD, "post")
+    ]
     assert "not start a second one" in posts[0].body

@@ -62,11 +62,9 @@ def test_file_listed_by_id_only_is_read_through_files_info(
 
     [download] = found.downloads
     assert (download.file.name, download.content) == ("log.txt", b"boom\n")
-    assert (
-        len(state.requests_to("GET", "/api/files.info"))
-        + len(state.requests_to("POST", "/api/files.info"))
-        == 1
-    )
+    assert len(state.requests_to("GET", "/api/files.info")) + len(
+        state.requests_to("POST", "/api/files.info")
+    ) == 1
 
 
 def test_only_text_and_images_within_bounds_are_downloaded(slack: tuple[SlackState, str]) -> None:
@@ -151,13 +149,8 @@ def test_each_workspace_thread_is_read_with_that_workspace_token(
         assert reader is not None
         thread = SlackThread(team, channel, roots[team])
         origin = Origin(
-            task_id="t1",
-            text="please look",
-            provider="slack",
-            kind="mention",
-            thread=thread,
-            message=thread.message(roots[team]),
-            actor_id=ALICE,
+            task_id="t1", text="please look", provider="slack", kind="mention", thread=thread,
+            message=thread.message(roots[team]), actor_id=ALICE,
         )
         return await reader.gather(origin, thread)
 

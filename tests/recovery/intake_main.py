@@ -52,11 +52,7 @@ class RefusesFirstAppend(Scheduler):
     refused = False
 
     def append_in(
-        self,
-        session: Transaction,
-        task_id: str,
-        key: str,
-        parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
         author: str | None,
     ) -> AppendOutcome:
         if not self.refused:

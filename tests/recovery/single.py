@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions
 from runtime.store.engine import Database
 from tests.factories import make_spec
 
-OnTick = Callable[[Scheduler, str, runs.Run], Awaitable[None]]
+OnTick = Callable[[Scheduler, str, executions.Run], Awaitable[None]]
 
 
 def _spawn(
@@ -64,7 +64,7 @@ async def run_task(
     try:
         while True:
             assert time.monotonic() < deadline, (folder / "worker.err").read_text()[-2000:]
-            run = await db.run(lambda s: runs.load_run(s, task_id))
+            run = await db.run(lambda s: executions.load_run(s, task_id))
             if run is not None and on_tick is not None:
                 await on_tick(scheduler, task_id, run)
             if worker.poll() is not None:  # killed at the fault point: start again, no fault

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.scheduler import Scheduler
-from runtime.store import outbox, runs
+from runtime.store import executions, outbox, tool_calls
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import text_part
@@ -44,7 +44,7 @@ async def run_approval(
     """Run the task; approve once it is parked (twice, and again as someone else)."""
     approved: list[str] = []
 
-    async def approve(scheduler: Scheduler, task_id: str, run: runs.Run) -> None:
+    async def approve(scheduler: Scheduler, task_id: str, run: executions.Run) -> None:
         if not approved and run.phase == "await_approval":
             for key in ("approve-1", "approve-1", "approve-2"):
                 await scheduler.append_mailbox(task_id, key, [text_part("approve")])
@@ -56,7 +56,7 @@ async def run_approval(
     db = Database.from_url(db_url)
     final = await Scheduler(db).get(task_id)
     posts = await db.read(lambda s: outbox.posts_of_task(s, task_id))
-    calls = await db.read(lambda s: runs.all_calls(s, task_id))
+    calls = await db.read(lambda s: tool_calls.all_calls(s, task_id))
     db.close()
     effects = folder / "effects.log"
     assert final is not None

@@ -73,10 +73,7 @@ async def test_every_mention_has_one_task_and_one_ack_when_intake_is_killed_anyw
     points = list(dict.fromkeys(trace.read_text().split()))
     # Both paths: received, committed (the mention); received, planned, applied (the follow-up).
     assert {p.split("#")[0] for p in points} == {
-        "intake:received",
-        "intake:committed",
-        "intake:planned",
-        "intake:applied",
+        "intake:received", "intake:committed", "intake:planned", "intake:applied"
     }, points
 
     async def one(point: str) -> list[str]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.store import runs
+from runtime.store import ledger
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import PullLinkRow
@@ -34,7 +34,7 @@ async def _observe(db_url: str, folder: Path, task_id: str) -> list[str]:
 
     def read(session: Any) -> tuple[Any, ...]:
         rows = list(session.query(PullLinkRow))
-        evidence = [e for e in runs.evidence_of_tree(session, task_id)]
+        evidence = [e for e in ledger.evidence_of_tree(session, task_id)]
         return rows, evidence, q.get_task(session, task_id)
 
     rows, evidence, task = await db.read(read)

@@ -94,10 +94,9 @@ def test_mention_is_one_task_when_keel_dies_before_or_after_commit_but_before_ac
 ) -> None:
     slack = SlackState()
     slack.app_tokens.add(APP_TOKEN)
-    with (
-        SocketHub(app_id=slack.app_id, ack_timeout_s=30) as hub,
-        serve(create_slack_app(slack)) as emulator,
-    ):
+    with SocketHub(app_id=slack.app_id, ack_timeout_s=30) as hub, serve(
+        create_slack_app(slack)
+    ) as emulator:
         slack.socket = hub
         config = _config(tmp_path, db_url, emulator.url)
         doomed = _serve(config, fault=point)

@@ -17,7 +17,9 @@ def _brief(**overrides: object) -> Gathered:
     values: dict[str, object] = {
         "facts": (("Requested by", "Dana"), ("Came from", "Slack, #general")),
         "request": "can you fix this?",
-        "sections": (Section("Slack thread", posts=(Post("Alice", "checkout is broken", AT),)),),
+        "sections": (
+            Section("Slack thread", posts=(Post("Alice", "checkout is broken", AT),)),
+        ),
     }
     values.update(overrides)
     return Gathered(**values)  # type: ignore[arg-type]

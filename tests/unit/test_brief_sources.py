@@ -33,10 +33,7 @@ DEMO_SCRIPT = Path(__file__).resolve().parents[2] / "adapters" / "demo" / "scrip
         ("<!here> look", "@here look"),
         ("<https://example.com/a|https://example.com/a>", "https://example.com/a"),
         ("<https://example.com/a|example.com/a>", "https://example.com/a"),
-        (
-            "<https://example.com/run/7|the failing run>",
-            "the failing run (https://example.com/run/7)",
-        ),
+        ("<https://example.com/run/7|the failing run>", "the failing run (https://example.com/run/7)"),
         ("<mailto:a@example.com|a@example.com>", "a@example.com"),
         ("if a &lt; b &amp;&amp; c &gt; d", "if a < b && c > d"),
     ],
@@ -81,9 +78,7 @@ def test_bot_token_goes_only_to_slack_file_hosts() -> None:
     assert may_send_token("https://files.slack.com/files-pri/T1-F1/download/a.png", api)
     assert not may_send_token("http://files.slack.com/files-pri/T1-F1/a.png", api)
     assert not may_send_token("https://files.slack.com.evil.example/a.png", api)
-    assert may_send_token(
-        "http://127.0.0.1:8801/files-pri/T1-F1/a.png", "http://127.0.0.1:8801/api/"
-    )
+    assert may_send_token("http://127.0.0.1:8801/files-pri/T1-F1/a.png", "http://127.0.0.1:8801/api/")
 
 
 def test_retries_stop_at_the_bound_and_permanent_failures_are_not_repeated() -> None:

@@ -444,17 +444,15 @@ def test_config_is_immutable_when_loaded() -> None:
     ],
 )
 def test_removed_setting_is_an_unknown_key_when_an_old_config_has_it(tree: Any) -> None:
-    ((section, body),) = tree.items()
+    (section, body), = tree.items()
     (key,) = body
     assert problems_of(tree) == [f"{section}.{key}: unknown key"]
 
 
+
 def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> None:
-    (line,) = [
-        x
-        for x in describe(build_config({"server": {"metrics_public": True}}, {}))
-        if x.startswith("server:")
-    ]
+    (line,) = [x for x in describe(build_config({"server": {"metrics_public": True}}, {}))
+               if x.startswith("server:")]
     assert "/metrics public" in line
     assert "/metrics public" not in describe(build_config({}, {}))[1]
 

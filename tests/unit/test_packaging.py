@@ -93,10 +93,8 @@ def _is_environment(node: ast.expr) -> bool:
 
 
 def _is_environment_get(func: ast.expr) -> bool:
-    return (
-        isinstance(func, ast.Attribute)
-        and func.attr in ("get", "pop")
-        and _is_environment(func.value)
+    return isinstance(func, ast.Attribute) and func.attr in ("get", "pop") and _is_environment(
+        func.value
     )
 
 
@@ -336,20 +334,12 @@ MUTATIONS = [
     (COMPOSE, "8080/readyz", "8080/status", "GET /status"),
     (UNIT, "bin/keel serve", "bin/keel serv", "no command 'serv'"),
     (UNIT, "--config", "--confg", "--confg"),
-    (
-        UNIT,
-        "StateDirectory=keel",
-        "Environment=KEEL_DATABSE_URL=x\nStateDirectory=keel",
-        "KEEL_DATABSE_URL",
-    ),
+    (UNIT, "StateDirectory=keel", "Environment=KEEL_DATABSE_URL=x\nStateDirectory=keel",
+     "KEEL_DATABSE_URL"),
     (ENV_FILE, "\nSLACK_BOT_TOKEN=", "\nSLACK_BOT_TOKNE=", "SLACK_BOT_TOKNE"),
     (ENV_FILE, "\n# KEEL_DATABASE_URL=", "\n# KEEL_DATABSE_URL=", "KEEL_DATABSE_URL"),
-    (
-        ENV_FILE,
-        "\nKEEL_PUBLIC_URL=",
-        "\nKEEL_PUBLIC_URL=\nSLACK_API_URL=",
-        "does not pass SLACK_API_URL",
-    ),
+    (ENV_FILE, "\nKEEL_PUBLIC_URL=", "\nKEEL_PUBLIC_URL=\nSLACK_API_URL=",
+     "does not pass SLACK_API_URL"),
 ]
 
 

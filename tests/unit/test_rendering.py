@@ -43,7 +43,8 @@ def test_slack_rendering_keeps_code_fences_and_converts_nothing_inside() -> None
 
     fence = text[text.index("```") : text.rindex("```") + 3]
     assert fence == (
-        '```\nif a &lt; b &amp;&amp; c &gt; d:\n    print("**not bold** &lt;!channel&gt;")\n```'
+        "```\nif a &lt; b &amp;&amp; c &gt; d:\n"
+        '    print("**not bold** &lt;!channel&gt;")\n```'
     )
     assert "python" not in text  # Slack would print the language as code
 

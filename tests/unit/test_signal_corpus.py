@@ -133,6 +133,7 @@ GITHUB_EXPECTED: dict[tuple[str, str | None], Expected] = {
 }
 
 
+
 def _corpus_files(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.json"))
 

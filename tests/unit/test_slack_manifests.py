@@ -19,7 +19,9 @@ def _manifest(name: str) -> dict[str, Any]:
     return loaded
 
 
-@pytest.mark.parametrize("name", ["slack-app-manifest.yaml", "slack-app-manifest.socket-mode.yaml"])
+@pytest.mark.parametrize(
+    "name", ["slack-app-manifest.yaml", "slack-app-manifest.socket-mode.yaml"]
+)
 def test_manifest_asks_for_the_scopes_and_events_keel_uses(name: str) -> None:
     manifest = _manifest(name)
     assert sorted(manifest["oauth_config"]["scopes"]["bot"]) == sorted(SLACK_BOT_SCOPES)

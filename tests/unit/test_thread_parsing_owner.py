@@ -19,19 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OWNER = ROOT / "runtime" / "threads.py"
 PACKAGES = ("runtime", "routing", "adapters")
 CUTTERS = frozenset(
-    {
-        "partition",
-        "rpartition",
-        "split",
-        "rsplit",
-        "removeprefix",
-        "removesuffix",
-        "startswith",
-        "endswith",
-        "index",
-        "find",
-        "rfind",
-    }
+    {"partition", "rpartition", "split", "rsplit", "removeprefix", "removesuffix", "startswith",
+     "endswith", "index", "find", "rfind"}
 )
 REGEX_CALLS = frozenset({"compile", "match", "fullmatch", "search", "findall", "finditer"})
 # Words that name a thread reference, or where a post landed.

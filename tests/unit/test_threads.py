@@ -125,3 +125,4 @@ def test_landed_text_marks_the_fallback_when_the_post_fell_back() -> None:
     assert str(Landed(comment, fallback=True)) == "fallback:github:acme/ops.tools#12:3"
     with pytest.raises(BadThreadRef):
         parse_landed("fallback:")
+

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import or_, select
+from sqlalchemy import Table, or_, select, update
 from sqlalchemy.orm import Session
 
 from runtime.store.models import OutboxRow
@@ -89,11 +90,13 @@ def due_posts(
     return [_to_post(r) for r in session.scalars(query)]
 
 
+_OUTBOX = cast(Table, OutboxRow.__table__)
+
+
 def mark(session: Session, outbox_id: int, **values: object) -> None:
-    row = session.get(OutboxRow, outbox_id)
-    if row is not None:
-        for name, value in values.items():
-            setattr(row, name, value)
+    """One Core UPDATE (no read of the row first): the outbox marks every post it sends."""
+    session.flush()
+    session.execute(update(_OUTBOX).where(_OUTBOX.c.id == outbox_id).values(**values))
 
 
 def posts_of_task(session: Session, task_id: str) -> list[OutboxPost]:

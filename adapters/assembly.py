@@ -265,6 +265,10 @@ class Keel:
         self._tasks.clear()
         if self._listener is not None:
             self._listener.stop()
+        if self.slack is not None:
+            from adapters.slack.workspaces import close_shared_sessions
+
+            await close_shared_sessions()
         self.db.close()
 
 

@@ -34,6 +34,7 @@ Transaction = Session
 UniqueViolation = IntegrityError
 
 DEFAULT_URL = "sqlite:///./keel.db"
+POOL_RECYCLE_S = 300
 
 
 def resolve_url(configured: str | None) -> str:
@@ -69,8 +70,14 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
         return _sqlite_engine(url, echo=echo)
     if parsed.drivername == "postgresql":
         url = str(parsed.set(drivername="postgresql+psycopg"))
+    # No pre-ping: it is a round trip on every checkout, i.e. on every transition. A
+    # connection that broke fails its transaction instead (``Retryable``, the caller tries
+    # again), and SQLAlchemy then invalidates every pooled connection older than the error,
+    # so the retry gets a fresh one; ``pool_recycle`` retires connections a proxy or the
+    # server may have dropped while idle.
     engine = create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
+        pool_recycle=POOL_RECYCLE_S, echo=echo,
     )
     event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
     return engine

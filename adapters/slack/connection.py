@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapters.config import SlackConfig
-from adapters.slack.installations import SealedInstallationStore, Sealer
 from adapters.slack.surface import fetch_slack_identity, slack_client
 from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace
 from runtime.clock import Clock
@@ -112,6 +111,8 @@ async def _workspaces(config: SlackConfig, db: Database, clock: Clock) -> Worksp
         return SingleWorkspace(client, await fetch_slack_identity(client))
     oauth = config.oauth
     assert oauth.client_id and oauth.client_secret and oauth.encryption_key
+    from adapters.slack.installations import SealedInstallationStore, Sealer
+
     store = SealedInstallationStore(db, Sealer(oauth.encryption_key.get_secret_value()), clock)
     return InstalledWorkspaces(
         store,

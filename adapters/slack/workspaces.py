@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackTokenRotationError
@@ -23,9 +23,11 @@ from slack_sdk.oauth.installation_store.models.bot import Bot
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.installations import SealedInstallationStore
 from adapters.slack.signals import SlackIdentity
 from runtime.errors import Permanent, Retryable
+
+if TYPE_CHECKING:  # OAuth mode only: sealing imports cryptography (~6 MB)
+    from adapters.slack.installations import SealedInstallationStore
 
 log = logging.getLogger(__name__)
 

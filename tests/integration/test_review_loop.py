@@ -119,9 +119,8 @@ async def test_inline_review_comment_is_fixed_pushed_and_answered_in_its_thread(
         db.close()
     assert second.status == "succeeded", second.result
     assert second.follows_task_id == first_id
-    assert (
-        run is not None and f"Earlier work on this request (task {first_id}" in run.state["system"]
-    )
+    system = run.state.system if run is not None else None
+    assert system is not None and f"Earlier work on this request (task {first_id}" in system
     assert after != before and moved is not None and moved.head_sha == after
     replies = live.github.repos[SHOP].review_comments.values()
     thread = [c for c in replies if c.in_reply_to == comment_id]

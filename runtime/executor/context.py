@@ -12,8 +12,10 @@ from typing import Any, Literal, Protocol
 from runtime.brief.port import Briefing
 from runtime.clock import Clock
 from runtime.config import AgentConfig
+from runtime.executor.accounting import Accounting
 from runtime.executor.faults import FaultPlan
-from runtime.models.base import ModelProvider
+from runtime.executor.fitting import Window
+from runtime.models.base import ModelProvider, Purpose, Usage
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, Transaction
 from runtime.store.records import Task, TaskResult
@@ -31,6 +33,7 @@ Phase = Literal[
     "report_stopped",
     "waiting",
     "await_input",
+    "await_budget",
     "done",
 ]
 
@@ -128,6 +131,12 @@ class ExecutorContext:
     poll_interval_s: float = 0.5
     background: set[asyncio.Task[None]] = field(default_factory=set)
     observe_phase: Callable[[str, float], None] = lambda phase, seconds: None
+    # The model's window, and how its calls are priced.
+    window: Window = field(default_factory=Window)
+    accounting: Accounting = field(default_factory=Accounting)
+    observe_model_call: Callable[[Purpose, Usage | None, float], None] = (
+        lambda purpose, usage, seconds: None
+    )
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:

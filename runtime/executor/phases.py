@@ -12,16 +12,17 @@ for the turns and hours of all the events before this one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.errors import Permanent, Retryable, StaleWrite
-from runtime.executor import brief
+from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
+from runtime.executor import brief, compaction
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
-from runtime.store import runs
+from runtime.store import runs, usage
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
@@ -102,20 +103,32 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(agent)
     entries = await transcript_of(run, ctx)
+    system = str(run.state.get("system", ""))
+    specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values())
+    fitted = compaction.fit_request(run, ctx, entries, system, specs)
+    if fitted.compaction is not None:
+        return await compaction.compact(run, task, ctx, fitted.compaction)
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,
-        system=str(run.state.get("system", "")),
-        items=tx.to_conversation(entries),
-        tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values()),
+        system=system,
+        items=fitted.items,
+        tools=specs,
+        max_tokens=ctx.window.reply_tokens,
     )
+    started = time.monotonic()
     try:
         response = await ctx.provider.complete(request)
+    except ContextLengthExceeded as e:
+        return compaction.after_overflow(run, e)
     except Retryable as e:
         return _retry_model(run, e)
     except Permanent as e:
         state = {**run.state, "error": {"phase": "call_model", "message": str(e)}}
         return goto(run, "report_failure", state=state)
+    seconds = time.monotonic() - started
+    ctx.observe_model_call("turn", response.usage, seconds)
+    usage_call = ctx.accounting.call(f"turn:{run.turn}", "turn", response.usage, seconds)
     calls = response.tool_calls
     if calls:
         before = int(_activation(run).get("tool_calls_before", 0))
@@ -148,11 +161,12 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     def write(session: Transaction) -> None:
         runs.add_transcript_items(session, task.task_id, items, now)
         runs.add_tool_calls(session, task.task_id, new_calls)
+        usage.record_call(session, task.task_id, task.root_id, usage_call, now)
         if calls:
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
 
-    state = {k: v for k, v in run.state.items() if k != "model_retries"}
+    state = compaction.calibrated(run, request, response.usage)
     next_phase = "dispatch_tools" if calls else "report_terminal"
     return goto(run, next_phase, state=state, writes=(write,))
 

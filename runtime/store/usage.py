@@ -1,0 +1,121 @@
+"""Model usage records: one row per model call, summed per task and per task tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from runtime.store.models import ModelCallRow
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    call_key: str
+    purpose: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_usd: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_json(self) -> dict[str, int | float]:
+        return {
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "total_tokens": self.total_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+def record_call(
+    session: Session, task_id: str, root_id: str, call: ModelCall, now: datetime
+) -> None:
+    """Record ``call`` once: the same call key of a task is not counted twice."""
+    values = dict(
+        task_id=task_id,
+        root_id=root_id,
+        call_key=call.call_key,
+        purpose=call.purpose,
+        model=call.model,
+        prompt_tokens=call.prompt_tokens,
+        completion_tokens=call.completion_tokens,
+        cached_tokens=call.cached_tokens,
+        cost_usd=call.cost_usd,
+        seconds=call.seconds,
+        created_at=now,
+    )
+    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    statement = insert(ModelCallRow).values(values)
+    session.execute(statement.on_conflict_do_nothing(index_elements=["task_id", "call_key"]))
+
+
+_SUMS = (
+    func.count(ModelCallRow.model_call_id),
+    func.coalesce(func.sum(ModelCallRow.prompt_tokens), 0),
+    func.coalesce(func.sum(ModelCallRow.completion_tokens), 0),
+    func.coalesce(func.sum(ModelCallRow.cached_tokens), 0),
+    func.coalesce(func.sum(ModelCallRow.cost_usd), 0.0),
+)
+
+
+def _totals(row: tuple[int, int, int, int, float] | None) -> UsageTotals:
+    if row is None:
+        return UsageTotals()
+    calls, prompt, completion, cached, cost = row
+    return UsageTotals(int(calls), int(prompt), int(completion), int(cached), float(cost))
+
+
+def task_totals(session: Session, task_id: str) -> UsageTotals:
+    row = session.execute(select(*_SUMS).where(ModelCallRow.task_id == task_id)).first()
+    return _totals(tuple(row) if row is not None else None)  # type: ignore[arg-type]
+
+
+def tree_totals(session: Session, root_id: str) -> UsageTotals:
+    row = session.execute(select(*_SUMS).where(ModelCallRow.root_id == root_id)).first()
+    return _totals(tuple(row) if row is not None else None)  # type: ignore[arg-type]
+
+
+def calls_of(session: Session, task_id: str) -> list[ModelCall]:
+    rows = session.scalars(
+        select(ModelCallRow)
+        .where(ModelCallRow.task_id == task_id)
+        .order_by(ModelCallRow.model_call_id)
+    )
+    return [
+        ModelCall(
+            r.call_key, r.purpose, r.model, r.prompt_tokens, r.completion_tokens,
+            r.cached_tokens, r.cost_usd, r.seconds,
+        )
+        for r in rows
+    ]
+
+
+def tokens_by_kind(session: Session) -> dict[str, int]:
+    """All tokens ever recorded, by kind (prompt, completion, cached): for /metrics."""
+    totals = _totals(tuple(session.execute(select(*_SUMS)).one()))  # type: ignore[arg-type]
+    return {
+        "prompt": totals.prompt_tokens,
+        "completion": totals.completion_tokens,
+        "cached": totals.cached_tokens,
+    }

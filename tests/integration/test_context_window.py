@@ -1,0 +1,134 @@
+"""Long tasks against a small context window: elision, compaction, context-length retries,
+and the usage every call reports, on a real database with the scripted model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.config import ModelPrice
+from runtime.errors import ContextLengthExceeded
+from runtime.executor.accounting import Accounting
+from runtime.executor.fitting import Window
+from runtime.models.base import ModelRequest, ModelResponse
+from runtime.models.scripted import SCRIPTED_CHARS_PER_TOKEN, ScriptedProvider
+from runtime.models.size import request_chars
+from runtime.store import runs, usage
+from runtime.store.records import TaskStatus
+from tests.factories import make_spec
+from tests.harness import Stack, agent, build_stack
+
+WINDOW = 4_000
+OUTPUT_CHARS = 6_000  # 1,500 tokens a result
+TURNS = 27  # 27 results of 1,500 tokens: over 10x the window
+
+
+def long_script(turns: int = TURNS, size: int = OUTPUT_CHARS) -> dict[str, Any]:
+    reads = [
+        {
+            "say": f"reading part {n}",
+            "tool_calls": [{"name": "blob", "args": {"path": f"src/part{n}.py", "size": size}}],
+        }
+        for n in range(turns)
+    ]
+    last = {"expect_seen": [f"src/part{turns - 1}.py: line of output"], "say": "all parts read"}
+    return {"scripts": [{"turns": [*reads, last]}]}
+
+
+@dataclass
+class Recording:
+    """The scripted model, keeping every request it received; may refuse some as too long."""
+
+    inner: ScriptedProvider
+    refuse_turns: set[int] = field(default_factory=set)
+    requests: list[ModelRequest] = field(default_factory=list)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        if request.purpose == "turn" and request.turn in self.refuse_turns:
+            self.refuse_turns.discard(request.turn)
+            raise ContextLengthExceeded("This model's maximum context length is 4000 tokens")
+        return await self.inner.complete(request)
+
+
+def tokens(request: ModelRequest) -> int:
+    return math.ceil(request_chars(request) / SCRIPTED_CHARS_PER_TOKEN)
+
+
+def window_stack(db_url: str, folder: Path, provider: Recording, **limits: Any) -> Stack:
+    stack = build_stack(db_url, folder, provider, agents={"default": agent(["blob"], **limits)})
+    stack.ctx.window = Window(context_window=WINDOW, reply_tokens=256)
+    price = ModelPrice(input_per_million=2.0, output_per_million=8.0)
+    stack.ctx.accounting = Accounting("scripted", {"scripted": price})
+    return stack
+
+
+async def _summaries(stack: Stack, task_id: str) -> list[runs.TranscriptEntry]:
+    entries = await stack.db.read(lambda s: runs.transcript(s, task_id))
+    return [e for e in entries if e.kind == "summary"]
+
+
+async def test_every_request_fits_the_window_when_tool_outputs_total_ten_windows(
+    db_url: str, tmp_path: Path
+) -> None:
+    provider = Recording(ScriptedProvider.from_dict(long_script()))
+    stack = window_stack(db_url, tmp_path, provider)
+    task = (await stack.scheduler.schedule(make_spec())).task
+    final = await stack.run_until_terminal(task.task_id, timeout=120)
+    assert final.status is TaskStatus.succeeded, final.result
+    assert TURNS * OUTPUT_CHARS / SCRIPTED_CHARS_PER_TOKEN >= 10 * WINDOW
+    assert provider.requests
+    assert max(tokens(r) for r in provider.requests) <= WINDOW
+    turns = [r for r in provider.requests if r.purpose == "turn"]
+    assert [r.turn for r in turns] == list(range(TURNS + 1))
+    # The latest result is read whole; older ones were elided to a stub naming the call.
+    last = turns[-1]
+    texts = [getattr(i, "output", "") for i in last.items]
+    assert any(t.startswith(f"src/part{TURNS - 1}.py") and len(t) == OUTPUT_CHARS for t in texts)
+    assert any("output of blob" in t and "elided" in t for t in texts)
+    assert await _summaries(stack, task.task_id), "the window was never compacted"
+
+
+async def test_context_length_refusal_compacts_once_and_retries_when_the_provider_refuses(
+    db_url: str, tmp_path: Path
+) -> None:
+    provider = Recording(ScriptedProvider.from_dict(long_script(turns=4, size=600)), {3})
+    stack = window_stack(db_url, tmp_path, provider)
+    task = (await stack.scheduler.schedule(make_spec())).task
+    final = await stack.run_until_terminal(task.task_id)
+    assert final.status is TaskStatus.succeeded, final.result
+    summaries = await _summaries(stack, task.task_id)
+    assert len(summaries) == 1
+    assert "blob" in summaries[0].payload["text"]
+    compactions = [r for r in provider.requests if r.purpose == "compaction"]
+    assert len(compactions) == 1
+    retried = [r for r in provider.requests if r.purpose == "turn" and r.turn == 3]
+    assert len(retried) == 2
+    assert "summary_of_earlier_work" in retried[1].items[1].text  # type: ignore[union-attr]
+
+
+async def test_usage_totals_equal_the_reported_usage_and_cost_follows_prices_when_a_task_ends(
+    db_url: str, tmp_path: Path
+) -> None:
+    inner = ScriptedProvider.from_dict(long_script(turns=3, size=500))
+    reported: list[tuple[int, int]] = []
+
+    class Counting(Recording):
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            response = await super().complete(request)
+            assert response.usage is not None
+            reported.append((response.usage.prompt_tokens, response.usage.completion_tokens))
+            return response
+
+    stack = window_stack(db_url, tmp_path, Counting(inner))
+    task = (await stack.scheduler.schedule(make_spec())).task
+    await stack.run_until_terminal(task.task_id)
+    totals = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
+    prompt = sum(p for p, _ in reported)
+    completion = sum(c for _, c in reported)
+    assert (totals.calls, totals.prompt_tokens, totals.completion_tokens) == (
+        len(reported), prompt, completion
+    )
+    assert math.isclose(totals.cost_usd, (prompt * 2.0 + completion * 8.0) / 1e6)

@@ -21,8 +21,9 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
 from runtime.reporting import is_daemon
 from runtime.store import views
-from runtime.store.engine import Database
+from runtime.store.engine import Database, Transaction
 from runtime.store.records import Task, TaskStatus
+from runtime.store.usage import Spent, UsageTotals, spent_of
 
 Auth = Callable[[Request], Awaitable[None]]
 
@@ -125,6 +126,25 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def with_spend(session: Transaction, task_id: str) -> tuple[views.TaskDetail, Spent] | None:
+    detail = views.task_detail(session, task_id)
+    if detail is None:
+        return None
+    return detail, spent_of(session, detail.task.task_id, detail.task.root_id)
+
+
+def spend_text(totals: UsageTotals) -> str:
+    """"12.4k tokens (10.1k in, 2.3k out) · $0.03 · 7 model calls"."""
+    if not totals.calls:
+        return "no model calls yet"
+    calls = f"{totals.calls} model call{'' if totals.calls == 1 else 's'}"
+    cached = f", {totals.cached_tokens:,} cached" if totals.cached_tokens else ""
+    return (
+        f"{totals.total_tokens:,} tokens ({totals.prompt_tokens:,} in{cached}, "
+        f"{totals.completion_tokens:,} out) · ${totals.cost_usd:.4f} · {calls}"
+    )
+
+
 def make_environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(_HERE / "templates"),
@@ -136,6 +156,7 @@ def make_environment() -> Environment:
     env.filters["when"] = _when
     env.filters["seconds"] = _seconds
     env.filters["clip"] = _clip
+    env.filters["spend"] = spend_text
     env.globals["strength_labels"] = STRENGTH_LABELS
     env.globals["daemon_badge"] = daemon_badge
     return env
@@ -174,9 +195,10 @@ def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIR
 
     @router.get("/tasks/{task_id}")
     async def task_page(request: Request, task_id: str) -> HTMLResponse:
-        detail = await db.read(lambda s: views.task_detail(s, task_id))
-        if detail is None:
+        found = await db.read(lambda s: with_spend(s, task_id))
+        if found is None:
             raise HTTPException(404, f"no task {task_id}")
+        detail, spent = found
         live = not detail.task.status.is_terminal or (
             detail.execution is not None and detail.execution.phase != "done"
         )
@@ -185,6 +207,7 @@ def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIR
             "task.html",
             detail=detail,
             rows=transcript_rows(detail),
+            spent=spent,
             refresh=REFRESH_SECONDS if live else None,
         )
 

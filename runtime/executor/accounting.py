@@ -1,5 +1,5 @@
 """What model calls cost: the configured prices applied to the provider's reported usage,
-recorded with the call, and the one line a completion reply ends with."""
+recorded with the call."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from runtime.config import ModelPrice
 from runtime.models.base import Purpose, Usage
-from runtime.store.usage import ModelCall, UsageTotals
+from runtime.store.usage import ModelCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +48,3 @@ class Accounting:
             self.cost_usd(usage),
             seconds,
         )
-
-
-def spend_line(totals: UsageTotals, turns: int) -> str:
-    """"12.4k tokens · $0.03 · 6 turns"."""
-    return f"{_tokens(totals.total_tokens)} tokens · ${totals.cost_usd:.2f} · {turns} turn" + (
-        "" if turns == 1 else "s"
-    )
-
-
-def _tokens(n: int) -> str:
-    if n < 1_000:
-        return str(n)
-    if n < 1_000_000:
-        return f"{n / 1_000:.1f}k"
-    return f"{n / 1_000_000:.2f}M"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -32,6 +34,7 @@ class UsageTotals:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float = 0.0
+    turns: int = 0  # calls for the agent's next step, as opposed to compactions
 
     @property
     def total_tokens(self) -> int:
@@ -45,6 +48,7 @@ class UsageTotals:
             "cached_tokens": self.cached_tokens,
             "total_tokens": self.total_tokens,
             "cost_usd": round(self.cost_usd, 6),
+            "turns": self.turns,
         }
 
 
@@ -76,24 +80,27 @@ _SUMS = (
     func.coalesce(func.sum(ModelCallRow.completion_tokens), 0),
     func.coalesce(func.sum(ModelCallRow.cached_tokens), 0),
     func.coalesce(func.sum(ModelCallRow.cost_usd), 0.0),
+    func.coalesce(func.sum(case((ModelCallRow.purpose == "turn", 1), else_=0)), 0),
 )
 
 
-def _totals(row: tuple[int, int, int, int, float] | None) -> UsageTotals:
+def _totals(row: Sequence[Any] | None) -> UsageTotals:
     if row is None:
         return UsageTotals()
-    calls, prompt, completion, cached, cost = row
-    return UsageTotals(int(calls), int(prompt), int(completion), int(cached), float(cost))
+    calls, prompt, completion, cached, cost, turns = row
+    return UsageTotals(
+        int(calls), int(prompt), int(completion), int(cached), float(cost), int(turns)
+    )
 
 
 def task_totals(session: Session, task_id: str) -> UsageTotals:
     row = session.execute(select(*_SUMS).where(ModelCallRow.task_id == task_id)).first()
-    return _totals(tuple(row) if row is not None else None)  # type: ignore[arg-type]
+    return _totals(tuple(row) if row is not None else None)
 
 
 def tree_totals(session: Session, root_id: str) -> UsageTotals:
     row = session.execute(select(*_SUMS).where(ModelCallRow.root_id == root_id)).first()
-    return _totals(tuple(row) if row is not None else None)  # type: ignore[arg-type]
+    return _totals(tuple(row) if row is not None else None)
 
 
 def calls_of(session: Session, task_id: str) -> list[ModelCall]:
@@ -113,9 +120,26 @@ def calls_of(session: Session, task_id: str) -> list[ModelCall]:
 
 def tokens_by_kind(session: Session) -> dict[str, int]:
     """All tokens ever recorded, by kind (prompt, completion, cached): for /metrics."""
-    totals = _totals(tuple(session.execute(select(*_SUMS)).one()))  # type: ignore[arg-type]
+    totals = _totals(tuple(session.execute(select(*_SUMS)).one()))
     return {
         "prompt": totals.prompt_tokens,
         "completion": totals.completion_tokens,
         "cached": totals.cached_tokens,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What a task's model calls used: its own, its tree's, and each of its calls."""
+
+    task: UsageTotals
+    tree: UsageTotals
+    calls: tuple[ModelCall, ...]
+
+
+def spent_of(session: Session, task_id: str, root_id: str) -> Spent:
+    return Spent(
+        task_totals(session, task_id),
+        tree_totals(session, root_id),
+        tuple(calls_of(session, task_id)),
+    )

@@ -3,11 +3,18 @@ and the usage every call reports, on a real database with the scripted model."""
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
+from adapters.emulators.server import serve
+from adapters.web.metrics import Metrics
+from runtime.clock import SystemClock
 from runtime.config import ModelPrice
 from runtime.errors import ContextLengthExceeded
 from runtime.executor.accounting import Accounting
@@ -15,10 +22,12 @@ from runtime.executor.fitting import Window
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.scripted import SCRIPTED_CHARS_PER_TOKEN, ScriptedProvider
 from runtime.models.size import request_chars
-from runtime.store import runs, usage
+from runtime.reporting import ThreadReporter, spend_line
+from runtime.store import outbox, runs, usage
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec
 from tests.harness import Stack, agent, build_stack
+from tests.integration.test_web_api import LOOPBACK, make_app
 
 WINDOW = 4_000
 OUTPUT_CHARS = 6_000  # 1,500 tokens a result
@@ -132,3 +141,35 @@ async def test_usage_totals_equal_the_reported_usage_and_cost_follows_prices_whe
         len(reported), prompt, completion
     )
     assert math.isclose(totals.cost_usd, (prompt * 2.0 + completion * 8.0) / 1e6)
+
+
+async def test_usage_and_summary_are_shown_in_api_ui_metrics_and_reply_when_a_task_compacted(
+    db_url: str, tmp_path: Path
+) -> None:
+    provider = Recording(ScriptedProvider.from_dict(long_script(turns=4, size=600)), {3})
+    stack = window_stack(db_url, tmp_path, provider)
+    metrics = Metrics()
+    stack.ctx.observe_model_call = metrics.observe_model_call
+    stack.ctx.reporter = ThreadReporter(SystemClock())
+    task = (await stack.scheduler.schedule(make_spec())).task
+    await stack.run_until_terminal(task.task_id)
+    totals = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
+    summary = (await _summaries(stack, task.task_id))[0].payload["text"]
+    with serve(make_app(stack, LOOPBACK, metrics)) as running:
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            api = (await http.get(f"/api/tasks/{task.task_id}")).json()
+            ui = (await http.get(f"/ui/tasks/{task.task_id}")).text
+            scraped = (await http.get("/metrics")).text
+    assert api["usage"]["prompt_tokens"] == totals.prompt_tokens > 0
+    assert api["usage"]["cost_usd"] == pytest.approx(totals.cost_usd)
+    assert api["tree_usage"]["total_tokens"] == totals.total_tokens
+    assert [c["purpose"] for c in api["model_calls"]].count("compaction") == 1
+    assert "summary of earlier work" in ui and html.escape(summary) in ui
+    assert f'data-tokens="{totals.total_tokens}"' in ui
+    assert f'keel_model_tokens_total{{kind="prompt"}} {float(totals.prompt_tokens)}' in scraped
+    assert 'keel_model_call_seconds_count{purpose="compaction"} 1.0' in scraped
+    assert 'keel_model_call_seconds_count{purpose="turn"} 5.0' in scraped
+    posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task.task_id))
+    [reply] = [p for p in posts if p.purpose == "completion"]
+    assert reply.body.endswith(f"_{spend_line(totals)}_")
+    assert spend_line(totals).endswith("· 5 turns")

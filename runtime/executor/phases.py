@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
-from runtime.executor import brief, compaction
+from runtime.executor import brief, budget, compaction
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
@@ -74,24 +74,8 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
     if not messages:
         return goto(run, "call_model")
-    template = ctx.agent(task.agent).mailbox_template
-    who = await brief.senders(ctx, messages)
+    items = await brief.follow_up_items(ctx, task, messages)
     now = ctx.clock.now()
-
-    items = [
-        runs.NewItem(
-            tx.mailbox_key(message.message_id),
-            "user",
-            "mailbox",
-            {
-                "type": "user_text",
-                "text": tx.render_mailbox(template, message, who[message.message_id]),
-                "message_id": message.message_id,
-                "seq": message.seq,
-            },
-        )
-        for message in messages
-    ]
 
     def write(session: Transaction) -> None:
         runs.add_transcript_items(session, task.task_id, items, now)
@@ -100,6 +84,9 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
 
 
 async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+    parked = await budget.check(run, task, ctx)
+    if parked is not None:
+        return parked
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(agent)
     entries = await transcript_of(run, ctx)
@@ -209,6 +196,11 @@ async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transit
 
 async def report_failure(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     limit = run.state.get("limit")
+    ended = run.state.get(budget.ENDED)
+    if isinstance(ended, dict):
+        status = TaskStatus.canceled if ended["outcome"] == "budget_stopped" else TaskStatus.failed
+        result = TaskResult(status, str(ended["summary"]), {"outcome": ended["outcome"]})
+        return _finish(run, task, ctx, result)
     if limit:
         summary = f"stopped at a limit: {limit['name']} ({limit['value']})"
         detail: dict[str, Any] = {"outcome": f"limit:{limit['name']}"}

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Literal
 
 from runtime.errors import StaleWrite
-from runtime.executor import dispatch, phases
+from runtime.executor import budget, dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.store import runs
 from runtime.store import tasks as q
@@ -40,6 +40,7 @@ PHASES: dict[str, PhaseFn] = {
     "report_stopped": phases.report_stopped,
     "waiting": dispatch.await_tools,
     "await_input": phases.await_input,
+    "await_budget": budget.await_budget,
     "done": phases.done,
 }
 

@@ -19,11 +19,13 @@ from typing import Any, Literal
 from runtime.config import AgentLimits
 from runtime.executor import brief, fitting
 from runtime.executor.context import ExecutorContext, Phase, Transition, Write
+from runtime.reporting import stop_action
 from runtime.store import runs, usage
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task
 from runtime.store.runs import Run, TranscriptEntry
 from runtime.store.usage import UsageTotals
+from runtime.surfaces import Action
 
 GRANTS = "budget_grants"
 ASK = "budget_ask"
@@ -65,11 +67,17 @@ async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None
                 action="post",
                 body=body,
                 now=now,
+                actions=(continue_action(task.task_id), stop_action(task.task_id)),
             )
         ctx.reporter.on_phase(session, task, "await_budget", "paused at its budget")
 
     state = {**run.state, ASK: ask}
     return _goto(run, "await_budget", state, writes=(post,), wait_until=until)
+
+
+def continue_action(task_id: str) -> Action:
+    """The Continue button under the question: a click is the reply ``continue``."""
+    return Action(name="continue", label="Continue", value=task_id, style="primary")
 
 
 def reached_budget(limits: AgentLimits, spent: UsageTotals, grants: int) -> str | None:

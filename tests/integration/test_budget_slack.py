@@ -1,0 +1,106 @@
+"""A budget through Keel's real app and the Slack emulator: the task pauses with one question
+carrying Continue and Stop buttons; a click from someone not allowed is refused in a note
+only they see; Continue from a person who may start tasks grants one more budget (a second,
+separate question when that is spent); Stop ends it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adapters.emulators.slack import SlackMessage
+from runtime.store.engine import Database
+from runtime.store.records import TaskStatus
+from tests.integration.keel_live import CHANNEL, PERSON, Live, live_keel
+from tests.integration.test_slack_actions import MALLORY, _ended, _post_click, _task, _until
+
+
+def _config(tmp_path: Path) -> dict[str, Any]:
+    call = {"name": "run_command", "args": {"command": "true"}}
+    turns = [{"say": f"step {n}", "tool_calls": [call]} for n in range(40)]
+    script = {"scripts": [{"turns": [*turns, {"say": "done"}]}]}
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    price = {"input_per_million": 100.0, "output_per_million": 100.0}
+    return {
+        "model": {
+            "provider": "scripted",
+            "script": str(tmp_path / "script.yaml"),
+            "model": "scripted",
+            "prices": {"scripted": price},
+        },
+        "workspace": {"sandbox": "none"},
+        "slack": {"allowed_users": [PERSON]},
+        "agents": {"default": {"limits": {"max_cost_usd": 1.0, "max_turns": 100}}},
+    }
+
+
+def _asks(live: Live, root_ts: str) -> list[SlackMessage]:
+    return [m for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id and "Paused" in m.text]
+
+
+def _click(live: Live, message: SlackMessage, root_ts: str, user: str, name: str) -> dict[str, Any]:
+    [_, actions] = message.blocks or [None, {"elements": []}]
+    [button] = [b for b in actions["elements"] if b["action_id"] == f"keel:{name}"]
+    return {
+        "type": "block_actions",
+        "team": {"id": live.slack.team_id, "domain": "keel-emulated"},
+        "user": {"id": user, "username": user.lower(), "team_id": live.slack.team_id},
+        "api_app_id": live.slack.app_id,
+        "container": {
+            "type": "message",
+            "message_ts": message.ts,
+            "channel_id": CHANNEL,
+            "is_ephemeral": False,
+            "thread_ts": root_ts,
+        },
+        "trigger_id": uuid.uuid4().hex,
+        "channel": {"id": CHANNEL, "name": "general"},
+        "message": {"type": "message", "ts": message.ts, "thread_ts": root_ts, "text": ""},
+        "actions": [{**button, "block_id": "keel", "action_ts": f"{time.time():.6f}"}],
+    }
+
+
+async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_on_request(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path / "keel", db_url, workers=True, extra=_config(tmp_path)) as live:
+        live.slack.add_user(MALLORY, "mallory")
+        mention = live.mention("please run the checks until done")
+        root = mention["ts"]
+        await live.send_slack(mention)
+
+        async def asked(n: int) -> bool:
+            return len(_asks(live, root)) >= n
+
+        await _until(lambda: asked(1), 60, "the task never asked at its budget")
+        [ask] = _asks(live, root)
+        assert "reached its budget of $1.00" in ask.text and "`continue`" in ask.text
+        task = await _task(db, f"slack:{live.slack.team_id}/{CHANNEL}/{root}")
+        assert task is not None and task.status == TaskStatus.waiting
+
+        assert await _post_click(live, _click(live, ask, root, MALLORY, "continue")) == 200
+
+        async def told() -> bool:
+            return any(m.user == MALLORY for m in live.slack.ephemeral)
+
+        await _until(told, 15, "the refusal was not shown")
+        [note] = live.slack.ephemeral
+        assert "not allowed" in note.text
+        still = await _task(db, f"slack:{live.slack.team_id}/{CHANNEL}/{root}")
+        assert still is not None and still.status == TaskStatus.waiting
+
+        assert await _post_click(live, _click(live, ask, root, PERSON, "continue")) == 200
+        await _until(lambda: asked(2), 60, "the task did not go on and ask again")
+        second = _asks(live, root)[1]
+        assert "reached its budget of $2.00" in second.text
+        assert await _post_click(live, _click(live, second, root, PERSON, "stop")) == 200
+        ended = await _ended(db, task.task_id)
+        asks = len(_asks(live, root))
+    db.close()
+    assert ended.status == TaskStatus.canceled
+    assert asks == 2

@@ -44,7 +44,8 @@ async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None
     limits = ctx.agent(task.agent).limits
     if limits.max_tokens is None and limits.max_cost_usd is None:
         return None
-    spent = await ctx.db.read(lambda s: usage.task_totals(s, task.task_id))
+    since = _activation_since(run)
+    spent = await ctx.db.read(lambda s: usage.task_totals(s, task.task_id, since=since))
     grants = int(run.state.get(GRANTS, 0))
     reached = reached_budget(limits, spent, grants)
     if reached is None:
@@ -73,6 +74,13 @@ async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None
 
     state = {**run.state, ASK: ask}
     return _goto(run, "await_budget", state, writes=(post,), wait_until=until)
+
+
+def _activation_since(run: Run) -> datetime | None:
+    """A resident role's budget counts per event, like its other limits; a task's, whole."""
+    activation = run.state.get("activation")
+    since = activation.get("since") if isinstance(activation, dict) else None
+    return datetime.fromisoformat(since) if isinstance(since, str) else None
 
 
 def continue_action(task_id: str) -> Action:

@@ -286,7 +286,8 @@ async def _next_activation(run: Run, ctx: ExecutorContext, now: datetime) -> Tra
         "since": now.isoformat(),
         "tool_calls_before": sum(1 for e in entries if e.kind == "tool_call"),
     }
-    state = {k: v for k, v in run.state.items() if k != "idle_until"}
+    dropped = ("idle_until", budget.GRANTS, budget.ASK)
+    state = {k: v for k, v in run.state.items() if k not in dropped}
     state["activation"] = activation
     return goto(run, "check_scheduler", turn=run.turn + 1, state=state)
 

@@ -93,8 +93,12 @@ def _totals(row: Sequence[Any] | None) -> UsageTotals:
     )
 
 
-def task_totals(session: Session, task_id: str) -> UsageTotals:
-    row = session.execute(select(*_SUMS).where(ModelCallRow.task_id == task_id)).first()
+def task_totals(session: Session, task_id: str, *, since: datetime | None = None) -> UsageTotals:
+    """The task's calls; with ``since``, only those recorded from then on."""
+    query = select(*_SUMS).where(ModelCallRow.task_id == task_id)
+    if since is not None:
+        query = query.where(ModelCallRow.created_at >= since)
+    row = session.execute(query).first()
     return _totals(tuple(row) if row is not None else None)
 
 

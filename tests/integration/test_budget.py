@@ -141,3 +141,31 @@ def test_answer_is_the_first_word_after_a_mention_when_replies_are_read() -> Non
     assert answer_of("@keel continue with the plan") == "continue"
     assert answer_of("please do not continue") is None
     assert answer_of("") is None
+
+
+async def test_resident_role_budget_counts_each_event_alone_when_it_lives_on(
+    db_url: str, tmp_path: Path
+) -> None:
+    lookup = {"name": "lookup", "args": {"key": "ci"}}
+    turns = [{"tool_calls": [lookup]}, {"say": "handled one"}] * 2
+    stack = build_stack(db_url, tmp_path, {"scripts": [{"turns": turns}]})
+    stack.ctx.accounting = Accounting("scripted", {"scripted": PRICE})
+    stack.ctx.agents = {"default": agent(["lookup"])}
+    stack.ctx.resident = {"default": 3600.0}
+    task = (await stack.scheduler.schedule(make_spec())).task
+
+    async def idle(turn: int) -> bool:
+        run = await stack.db.read(lambda s: runs.load_run(s, task.task_id))
+        return run is not None and run.phase == "await_input" and run.turn == turn
+
+    async with working(stack):
+        await until(lambda: idle(1))
+        first = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
+        # Below what both events cost before the second one's last call; above either alone.
+        budget = round(first.cost_usd * 1.3, 4)
+        stack.ctx.agents = {"default": agent(["lookup"], max_cost_usd=budget)}
+        await stack.scheduler.append_mailbox(task.task_id, "ev-2", [text_part("CI failed")])
+        await until(lambda: idle(3))
+    spent = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
+    assert spent.cost_usd > budget
+    assert await _asks(stack, task.task_id) == []

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from runtime.config import AgentLimits
-from runtime.executor import brief, fitting
+from runtime.executor import brief, fitting, wip
 from runtime.executor.context import ExecutorContext, Phase, Transition, Write
 from runtime.reporting import stop_action
 from runtime.store import runs, usage
@@ -51,13 +51,18 @@ async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None
     if reached is None:
         return None
     entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
+    saved = await wip.save_work(task, ctx, grants)
     until = ctx.clock.now() + timedelta(seconds=limits.budget_answer_s)
     progress = progress_text(spent, entries)
+    if saved is not None:
+        progress += f"\n{saved.note}"
     body = ask_text(reached, progress, limits)
     ask = {"grants": grants, "until": until.isoformat(), "reached": reached, "progress": progress}
     now = ctx.clock.now()
 
     def post(session: Transaction) -> None:
+        for item in saved.evidence if saved is not None else ():
+            runs.add_evidence(session, task.task_id, task.root_id, None, item, now)
         if task.origin_thread_ref is not None and task.parent_id is None:
             runs.enqueue_post(
                 session,

@@ -1,10 +1,11 @@
-"""A budget through Keel's real app and the Slack emulator: the task pauses with one question
-carrying Continue and Stop buttons; a click from someone not allowed is refused in a note
-only they see; Continue from a person who may start tasks grants one more budget (a second,
-separate question when that is spent); Stop ends it."""
+"""A budget through Keel's real app and the Slack emulator: the task pushes its uncommitted
+work to its branch and pauses with one question carrying Continue and Stop buttons; a click
+from someone not allowed is refused in a note only they see; Continue from a person who may
+start tasks grants one more budget (a second question when that is spent); Stop ends it."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +22,9 @@ from tests.integration.test_slack_actions import MALLORY, _ended, _post_click, _
 
 def _config(tmp_path: Path) -> dict[str, Any]:
     call = {"name": "run_command", "args": {"command": "true"}}
-    turns = [{"say": f"step {n}", "tool_calls": [call]} for n in range(40)]
+    write = {"name": "write_file", "args": {"path": "NOTES.md", "content": "half done\n"}}
+    turns = [{"say": "noting", "tool_calls": [write]}]
+    turns += [{"say": f"step {n}", "tool_calls": [call]} for n in range(40)]
     script = {"scripts": [{"turns": [*turns, {"say": "done"}]}]}
     (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
     price = {"input_per_million": 100.0, "output_per_million": 100.0}
@@ -82,6 +85,14 @@ async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_
         assert "reached its budget of $1.00" in ask.text and "`continue`" in ask.text
         task = await _task(db, f"slack:{live.slack.team_id}/{CHANNEL}/{root}")
         assert task is not None and task.status == TaskStatus.waiting
+        # The uncommitted file was committed and pushed to the task's branch before asking.
+        branch = f"keel/{task.task_id}"
+        assert f"pushed to `{branch}`" in ask.text
+        bare = tmp_path / "keel" / "origin" / "acme" / "shop.git"
+        shown = subprocess.run(
+            ["git", "show", f"{branch}:NOTES.md"], cwd=bare, capture_output=True, text=True
+        )
+        assert shown.stdout == "half done\n", shown.stderr
 
         assert await _post_click(live, _click(live, ask, root, MALLORY, "continue")) == 200
 

@@ -102,8 +102,19 @@ async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_
         await _until(told, 15, "the refusal was not shown")
         [note] = live.slack.ephemeral
         assert "not allowed" in note.text
+        # Typed rather than clicked, the refusal is a reply in the thread.
+        typed = live.reply(root, f"<@{live.slack.bot_user_id}> continue", user=MALLORY)
+        await live.send_slack(typed)
+
+        async def refused() -> bool:
+            return any(
+                m.bot_id and "Not continuing" in m.text for m in live.slack.thread(CHANNEL, root)
+            )
+
+        await _until(refused, 15, "the typed continue was not refused in the thread")
         still = await _task(db, f"slack:{live.slack.team_id}/{CHANNEL}/{root}")
         assert still is not None and still.status == TaskStatus.waiting
+        assert len(_asks(live, root)) == 1
 
         assert await _post_click(live, _click(live, ask, root, PERSON, "continue")) == 200
         await _until(lambda: asked(2), 60, "the task did not go on and ask again")

@@ -153,7 +153,11 @@ class ModelConfig(ConfigSection):
             case "openai":
                 key = "api key set" if self.api_key else f"{source('model.api_key')} not set"
                 vision = ", vision" if self.vision else ""
-                return f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision})"
+                priced = "priced" if self.model in self.prices else "no price set"
+                return (
+                    f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision}), "
+                    f"window {self.context_window} tokens, {priced}"
+                )
 
 
 class AgentLimits(ConfigSection):

@@ -101,11 +101,17 @@ def fit(
 
 
 def _fitted(
-    slots: list[_Slot], ratio: float, fixed_chars: int, **counts: object
+    slots: list[_Slot],
+    ratio: float,
+    fixed_chars: int,
+    *,
+    elided: int = 0,
+    cut: int = 0,
+    compaction: Compaction | None = None,
 ) -> Fitted:
     items = tuple(s.item for s in slots)
     tokens = tokens_of(fixed_chars + _total(slots), ratio)
-    return Fitted(items, tokens, **counts)  # type: ignore[arg-type]
+    return Fitted(items, tokens, elided, cut, compaction)
 
 
 def latest_summary(entries: Sequence[TranscriptEntry]) -> TranscriptEntry | None:

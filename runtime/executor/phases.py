@@ -94,7 +94,14 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values())
     fitted = compaction.fit_request(run, ctx, entries, system, specs)
     if fitted.compaction is not None:
-        return await compaction.compact(run, task, ctx, fitted.compaction)
+        try:
+            return await compaction.compact(run, task, ctx, fitted.compaction)
+        except Retryable as e:
+            return _retry_model(run, e)
+        except Permanent as e:
+            message = f"summarising the work to fit the context window failed: {e}"
+            state = {**run.state, "error": {"phase": "call_model", "message": message}}
+            return goto(run, "report_failure", state=state)
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,

@@ -16,7 +16,7 @@ from adapters.emulators.server import serve
 from adapters.web.metrics import Metrics
 from runtime.clock import SystemClock
 from runtime.config import ModelPrice
-from runtime.errors import ContextLengthExceeded
+from runtime.errors import ContextLengthExceeded, Retryable
 from runtime.executor.accounting import Accounting
 from runtime.executor.fitting import Window
 from runtime.models.base import ModelRequest, ModelResponse
@@ -53,9 +53,13 @@ class Recording:
     inner: ScriptedProvider
     refuse_turns: set[int] = field(default_factory=set)
     requests: list[ModelRequest] = field(default_factory=list)
+    compaction_failures: int = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
+        if request.purpose == "compaction" and self.compaction_failures:
+            self.compaction_failures -= 1
+            raise Retryable("503 from the provider", retry_after_s=0.05)
         if request.purpose == "turn" and request.turn in self.refuse_turns:
             self.refuse_turns.discard(request.turn)
             raise ContextLengthExceeded("This model's maximum context length is 4000 tokens")
@@ -116,6 +120,19 @@ async def test_context_length_refusal_compacts_once_and_retries_when_the_provide
     retried = [r for r in provider.requests if r.purpose == "turn" and r.turn == 3]
     assert len(retried) == 2
     assert "summary_of_earlier_work" in retried[1].items[1].text  # type: ignore[union-attr]
+
+
+async def test_a_compaction_is_retried_not_failed_when_the_provider_fails_transiently(
+    db_url: str, tmp_path: Path
+) -> None:
+    provider = Recording(ScriptedProvider.from_dict(long_script(turns=4, size=600)), {3})
+    provider.compaction_failures = 1
+    stack = window_stack(db_url, tmp_path, provider)
+    task = (await stack.scheduler.schedule(make_spec())).task
+    final = await stack.run_until_terminal(task.task_id)
+    assert final.status is TaskStatus.succeeded, final.result
+    assert len(await _summaries(stack, task.task_id)) == 1
+    assert [r.purpose for r in provider.requests].count("compaction") == 2
 
 
 async def test_usage_totals_equal_the_reported_usage_and_cost_follows_prices_when_a_task_ends(

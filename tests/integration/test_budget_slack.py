@@ -6,8 +6,6 @@ start tasks grants one more budget (a second question when that is spent); Stop 
 from __future__ import annotations
 
 import subprocess
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,14 @@ from adapters.emulators.slack import SlackMessage
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.integration.keel_live import CHANNEL, PERSON, Live, live_keel
-from tests.integration.test_slack_actions import MALLORY, _ended, _post_click, _task, _until
+from tests.integration.test_slack_actions import (
+    MALLORY,
+    _click,
+    _ended,
+    _post_click,
+    _task,
+    _until,
+)
 
 
 def _config(tmp_path: Path) -> dict[str, Any]:
@@ -43,28 +48,6 @@ def _config(tmp_path: Path) -> dict[str, Any]:
 
 def _asks(live: Live, root_ts: str) -> list[SlackMessage]:
     return [m for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id and "Paused" in m.text]
-
-
-def _click(live: Live, message: SlackMessage, root_ts: str, user: str, name: str) -> dict[str, Any]:
-    [_, actions] = message.blocks or [None, {"elements": []}]
-    [button] = [b for b in actions["elements"] if b["action_id"] == f"keel:{name}"]
-    return {
-        "type": "block_actions",
-        "team": {"id": live.slack.team_id, "domain": "keel-emulated"},
-        "user": {"id": user, "username": user.lower(), "team_id": live.slack.team_id},
-        "api_app_id": live.slack.app_id,
-        "container": {
-            "type": "message",
-            "message_ts": message.ts,
-            "channel_id": CHANNEL,
-            "is_ephemeral": False,
-            "thread_ts": root_ts,
-        },
-        "trigger_id": uuid.uuid4().hex,
-        "channel": {"id": CHANNEL, "name": "general"},
-        "message": {"type": "message", "ts": message.ts, "thread_ts": root_ts, "text": ""},
-        "actions": [{**button, "block_id": "keel", "action_ts": f"{time.time():.6f}"}],
-    }
 
 
 async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_on_request(

@@ -4,10 +4,6 @@ the task asked once per budget, took each reply once, and ended on ``stop``."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +13,8 @@ from runtime.store import outbox, runs
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
+from tests.recovery.restarts import spawn, until_done
 
-ROOT = Path(__file__).resolve().parents[2]
 PARALLEL = 2
 
 
@@ -31,47 +27,30 @@ class Observed:
     killed: bool
 
 
-def _spawn(db_url: str, folder: Path, env_extra: dict[str, str]) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_FAULT")}
-    env.update(env_extra)
-    command = [sys.executable, "-m", "tests.recovery.budget_main", db_url, str(folder)]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(folder / "worker.err").open("ab"),
-    )
-
-
-async def _run(db_url: str, folder: Path, env_extra: dict[str, str]) -> Observed:
+async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
     folder.mkdir(parents=True, exist_ok=True)
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
     task = (await scheduler.schedule(make_spec(message="spend"))).task
-    worker, killed = _spawn(db_url, folder, env_extra), False
     replies = ["continue", "stop"]
-    deadline = time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:
-                killed = True
-                worker = _spawn(db_url, folder, {})
-            run = await db.read(lambda s: runs.load_run(s, task.task_id))
-            if run is not None and run.phase == "done":
-                break
-            posts = await db.read(lambda s: outbox.posts_of_task(s, task.task_id))
-            asked = sum(1 for p in posts if p.purpose == "budget")
-            answered = 2 - len(replies)
-            if replies and run is not None and run.phase == "await_budget" and asked > answered:
-                text = replies.pop(0)
-                await scheduler.append_mailbox(task.task_id, f"reply-{text}", [text_part(text)])
-            await asyncio.sleep(0.05)
-        else:
-            raise TimeoutError((folder / "worker.err").read_text()[-2000:])
-    finally:
-        (folder / "stop").write_text("")
-        worker.wait(timeout=15)
+
+    async def answer(run: runs.Run | None) -> None:
+        """Each question gets the next reply, once, while the task is parked at it."""
+        if not replies or run is None or run.phase != "await_budget":
+            return
+        posts = await db.read(lambda s: outbox.posts_of_task(s, task.task_id))
+        if sum(1 for p in posts if p.purpose == "budget") > 2 - len(replies):
+            text = replies.pop(0)
+            await scheduler.append_mailbox(task.task_id, f"reply-{text}", [text_part(text)])
+
+    killed = await until_done(
+        db,
+        task.task_id,
+        lambda extra: spawn("tests.recovery.budget_main", (db_url, str(folder)), folder, extra),
+        env,
+        answer,
+        folder=folder,
+    )
     final = await scheduler.get(task.task_id)
     entries = await db.read(lambda s: runs.transcript(s, task.task_id))
     posts = await db.read(lambda s: outbox.posts_of_task(s, task.task_id))

@@ -10,10 +10,6 @@ again, never stored twice), and the mailbox message is in the transcript once.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +19,8 @@ from runtime.store import runs
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
+from tests.recovery.restarts import spawn, until_done
 
-ROOT = Path(__file__).resolve().parents[2]
 PARALLEL = 2
 FOLLOW_UP = "and keep the changelog"
 
@@ -38,43 +34,20 @@ class Observed:
     killed: bool
 
 
-def _spawn(
-    db_url: str, folder: Path, task_id: str, env_extra: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_FAULT")}
-    env.update(env_extra)
-    command = [sys.executable, "-m", "tests.recovery.context_main", db_url, str(folder), task_id]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(folder / "worker.err").open("ab"),
-    )
-
-
-async def _run(db_url: str, folder: Path, env_extra: dict[str, str]) -> Observed:
+async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
     folder.mkdir(parents=True, exist_ok=True)
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
     task = (await scheduler.schedule(make_spec(message="read every part"))).task
     await scheduler.append_mailbox(task.task_id, "followup-1", [text_part(FOLLOW_UP)], "U1")
-    worker, killed = _spawn(db_url, folder, task.task_id, env_extra), False
-    deadline = time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:
-                killed = True
-                worker = _spawn(db_url, folder, task.task_id, {})
-            run = await db.read(lambda s: runs.load_run(s, task.task_id))
-            if run is not None and run.phase == "done":
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise TimeoutError((folder / "worker.err").read_text()[-2000:])
-    finally:
-        (folder / "stop").write_text("")
-        worker.wait(timeout=15)
+    args = (db_url, str(folder), task.task_id)
+    killed = await until_done(
+        db,
+        task.task_id,
+        lambda extra: spawn("tests.recovery.context_main", args, folder, extra),
+        env,
+        folder=folder,
+    )
     final = await scheduler.get(task.task_id)
     entries = await db.read(lambda s: runs.transcript(s, task.task_id))
     db.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from runtime.config import ModelPrice
 from runtime.errors import ContextLengthExceeded, Retryable
 from runtime.executor.accounting import Accounting
 from runtime.executor.fitting import Window
-from runtime.models.base import ModelRequest, ModelResponse
+from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.scripted import SCRIPTED_CHARS_PER_TOKEN, ScriptedProvider
 from runtime.models.size import request_chars
 from runtime.reporting import ThreadReporter, spend_line
@@ -102,6 +102,29 @@ async def test_every_request_fits_the_window_when_tool_outputs_total_ten_windows
     assert any(t.startswith(f"src/part{TURNS - 1}.py") and len(t) == OUTPUT_CHARS for t in texts)
     assert any("output of blob" in t and "elided" in t for t in texts)
     assert await _summaries(stack, task.task_id), "the window was never compacted"
+
+
+async def test_requests_fit_the_providers_own_count_when_its_tokens_are_denser_than_assumed(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A provider counting two characters a token: its reported usage calibrates the
+    estimate, so the requests still fit the window as it counts them."""
+
+    class Dense(Recording):
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            response = await super().complete(request)
+            prompt = math.ceil(request_chars(request) / 2)
+            return replace(response, usage=Usage(prompt, 10))
+
+    provider = Dense(ScriptedProvider.from_dict(long_script(turns=12, size=3_000)))
+    stack = window_stack(db_url, tmp_path, provider)
+    task = (await stack.scheduler.schedule(make_spec())).task
+    final = await stack.run_until_terminal(task.task_id, timeout=60)
+    assert final.status is TaskStatus.succeeded, final.result
+    counted = [math.ceil(request_chars(r) / 2) for r in provider.requests]
+    assert max(counted) <= WINDOW
+    run = await stack.db.read(lambda s: runs.load_run(s, task.task_id))
+    assert run is not None and 1.9 <= run.state["chars_per_token"] <= 2.1
 
 
 async def test_context_length_refusal_compacts_once_and_retries_when_the_provider_refuses(

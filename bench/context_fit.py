@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import Figure  # noqa: E402
 from runtime.executor.fitting import Window, fit  # noqa: E402
-from runtime.store.runs import TranscriptEntry  # noqa: E402
+from runtime.store.transcripts import TranscriptEntry  # noqa: E402
 
 TURNS = 200
 CALLS = 30

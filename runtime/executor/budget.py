@@ -13,24 +13,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from runtime.config import AgentLimits
+from runtime.execution import Phase, RunState
 from runtime.executor import brief, fitting, wip
-from runtime.executor.context import ExecutorContext, Phase, Transition, Write
+from runtime.executor.context import ExecutorContext, Transition, Write
 from runtime.reporting import stop_action
-from runtime.store import runs, usage
+from runtime.store import ledger, outbox, transcripts, usage
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import MailboxMessage, Task
-from runtime.store.runs import Run, TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 from runtime.store.usage import UsageTotals
 from runtime.surfaces import Action
-
-GRANTS = "budget_grants"
-ASK = "budget_ask"
-# Set for report_failure: how a budget ended the task.
-ENDED = "budget_ended"
 
 Answer = Literal["continue", "stop"]
 
@@ -39,18 +37,20 @@ def budget_key(task_id: str, grants: int) -> str:
     return f"budget:{task_id}:{grants}"
 
 
-async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None:
+async def check(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_budget"]] | None:
     """Park and ask if the task has spent its budget; None while it has not."""
     limits = ctx.agent(task.agent).limits
     if limits.max_tokens is None and limits.max_cost_usd is None:
         return None
     since = _activation_since(run)
     spent = await ctx.db.read(lambda s: usage.task_totals(s, task.task_id, since=since))
-    grants = int(run.state.get(GRANTS, 0))
+    grants = run.state.budget_grants
     reached = reached_budget(limits, spent, grants)
     if reached is None:
         return None
-    entries = await ctx.db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await ctx.db.read(lambda s: transcripts.transcript(s, task.task_id))
     saved = await wip.save_work(task, ctx, grants)
     until = ctx.clock.now() + timedelta(seconds=limits.budget_answer_s)
     progress = progress_text(spent, entries)
@@ -62,9 +62,9 @@ async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None
 
     def post(session: Transaction) -> None:
         for item in saved.evidence if saved is not None else ():
-            runs.add_evidence(session, task.task_id, task.root_id, None, item, now)
+            ledger.add_evidence(session, task.task_id, task.root_id, None, item, now)
         if task.origin_thread_ref is not None and task.parent_id is None:
-            runs.enqueue_post(
+            outbox.enqueue_post(
                 session,
                 task_id=task.task_id,
                 purpose="budget",
@@ -77,15 +77,14 @@ async def check(run: Run, task: Task, ctx: ExecutorContext) -> Transition | None
             )
         ctx.reporter.on_phase(session, task, "await_budget", "paused at its budget")
 
-    state = {**run.state, ASK: ask}
+    state = replace(run.state, budget_ask=ask)
     return _goto(run, "await_budget", state, writes=(post,), wait_until=until)
 
 
 def _activation_since(run: Run) -> datetime | None:
     """A resident role's budget counts per event, like its other limits; a task's, whole."""
-    activation = run.state.get("activation")
-    since = activation.get("since") if isinstance(activation, dict) else None
-    return datetime.fromisoformat(since) if isinstance(since, str) else None
+    activation = run.state.activation
+    return activation.since if activation is not None else None
 
 
 def continue_action(task_id: str) -> Action:
@@ -146,11 +145,13 @@ def _clip(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-async def await_budget(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def await_budget(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_budget", "check_scheduler", "report_failure", "report_stopped"]]:
     """Ticked by a reply, a stop, the answer timer, or a stale wake-up."""
     if run.stop_requested:
         return _goto(run, "report_stopped", run.state)
-    ask = dict(run.state.get(ASK) or {})
+    ask = dict(run.state.budget_ask or {})
     until = datetime.fromisoformat(str(ask.get("until")))
     if task.mailbox_seq > run.mailbox_position:
         messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
@@ -158,7 +159,7 @@ async def await_budget(run: Run, task: Task, ctx: ExecutorContext) -> Transition
             return await _answered(run, task, ctx, messages, until)
     if ctx.clock.now() >= until:
         ended = {"outcome": "budget_exhausted", "summary": _exhausted(ask)}
-        return _goto(run, "report_failure", {**run.state, ENDED: ended})
+        return _goto(run, "report_failure", replace(run.state, budget_ended=ended))
     return _goto(run, "await_budget", run.state, wait_until=until)
 
 
@@ -168,7 +169,7 @@ async def _answered(
     ctx: ExecutorContext,
     messages: Sequence[MailboxMessage],
     until: datetime,
-) -> Transition:
+) -> Transition[Literal["await_budget", "check_scheduler", "report_failure"]]:
     """The replies enter the transcript; the first ``continue`` or ``stop`` decides."""
     answer, position = None, messages[-1].seq
     for message in messages:
@@ -181,19 +182,18 @@ async def _answered(
     now = ctx.clock.now()
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, items, now)
+        transcripts.add_transcript_items(session, task.task_id, items, now)
 
     writes: tuple[Write, ...] = (write,)
-    state = dict(run.state)
+    state = run.state
     match answer:
         case "continue":
-            state.pop(ASK, None)
-            state[GRANTS] = int(state.get(GRANTS, 0)) + 1
-            return _goto(run, "check_scheduler", state, position, writes)
+            granted = replace(state, budget_ask=None, budget_grants=state.budget_grants + 1)
+            return _goto(run, "check_scheduler", granted, position, writes)
         case "stop":
-            ask = dict(state.get(ASK) or {})
-            state[ENDED] = {"outcome": "budget_stopped", "summary": _stopped(ask)}
-            return _goto(run, "report_failure", state, position, writes)
+            ended = {"outcome": "budget_stopped", "summary": _stopped(dict(state.budget_ask or {}))}
+            stopped = replace(state, budget_ended=ended)
+            return _goto(run, "report_failure", stopped, position, writes)
         case None:
             return _goto(run, "await_budget", state, position, writes, wait_until=until)
 
@@ -215,15 +215,18 @@ def _stopped(ask: dict[str, Any]) -> str:
     return f"Stopped at its budget of {reached} on request.\n{ask.get('progress', '')}"
 
 
+To = TypeVar("To", bound=Phase)
+
+
 def _goto(
     run: Run,
-    phase: Phase,
-    state: dict[str, Any],
+    phase: To,
+    state: RunState,
     position: int | None = None,
     writes: tuple[Write, ...] = (),
     *,
     wait_until: datetime | None = None,
-) -> Transition:
+) -> Transition[To]:
     mailbox_position = run.mailbox_position if position is None else position
     if wait_until is None:
         return Transition(phase, state, run.turn, mailbox_position, writes)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
+from runtime.execution import Failure, RunState
 from runtime.executor import fitting
-from runtime.executor.context import ExecutorContext, Phase, Transition, Write
+from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.fitting import Compaction, Fitted
 from runtime.models.base import (
     AssistantText,
@@ -24,10 +26,11 @@ from runtime.models.base import (
     Usage,
 )
 from runtime.models.size import request_chars, tools_chars
-from runtime.store import runs, usage
+from runtime.store import transcripts, usage
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Task
-from runtime.store.runs import Run, TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 SUMMARY_SYSTEM = (
     "You are summarising an engineering agent's work so far so that it can continue within "
@@ -37,15 +40,12 @@ SUMMARY_SYSTEM = (
 )
 # Run state: a context-length refusal asks for a compaction on the next fit, and counts per
 # turn, so a turn the provider keeps refusing fails rather than compacting forever.
-PENDING = "compact_pending"
-OVERFLOWS = "context_overflows"
 MAX_OVERFLOWS = 3
-RATIO = "chars_per_token"
 
 
 def chars_per_token(run: Run) -> float:
-    value = run.state.get(RATIO)
-    return float(value) if isinstance(value, int | float) else fitting.DEFAULT_CHARS_PER_TOKEN
+    value = run.state.chars_per_token
+    return value if value is not None else fitting.DEFAULT_CHARS_PER_TOKEN
 
 
 def fit_request(
@@ -60,44 +60,42 @@ def fit_request(
         fixed_chars=len(system) + tools_chars(tools),
         window=ctx.window,
         chars_per_token=chars_per_token(run),
-        force_compaction=bool(run.state.get(PENDING)),
+        force_compaction=run.state.compact_pending,
     )
 
 
-def calibrated(run: Run, request: ModelRequest, reported: Usage | None) -> dict[str, Any]:
+def calibrated(run: Run, request: ModelRequest, reported: Usage | None) -> RunState:
     """The run state with the chars-per-token ratio the provider's count implies."""
-    state = {k: v for k, v in run.state.items() if k not in ("model_retries", PENDING)}
+    state = replace(run.state, model_retries=0, compact_pending=False)
     if reported is not None and reported.prompt_tokens > 0:
         ratio = request_chars(request) / reported.prompt_tokens
-        state[RATIO] = round(min(8.0, max(1.0, ratio)), 4)
+        state = replace(state, chars_per_token=round(min(8.0, max(1.0, ratio)), 4))
     return state
 
 
-def after_overflow(run: Run, error: Exception) -> Transition:
+def after_overflow(
+    run: Run, error: Exception
+) -> Transition[Literal["call_model", "report_failure"]]:
     """The provider said the request is too long: compact once and ask again."""
-    seen = run.state.get(OVERFLOWS)
-    count = int(seen["count"]) if isinstance(seen, dict) and seen.get("turn") == run.turn else 0
+    seen = run.state.context_overflows
+    count = seen[1] if seen is not None and seen[0] == run.turn else 0
     if count >= MAX_OVERFLOWS:
         message = f"the request did not fit the model's window even after compaction: {error}"
-        state = {**run.state, "error": {"phase": "call_model", "message": message}}
-        return _goto(run, "report_failure", state)
+        failure = replace(run.state, error=Failure("call_model", message))
+        return Transition("report_failure", failure, run.turn, run.mailbox_position)
     # Our estimate was low: count more tokens per character from now on.
-    state = {
-        **run.state,
-        PENDING: True,
-        RATIO: round(chars_per_token(run) * 0.8, 4),
-        OVERFLOWS: {"turn": run.turn, "count": count + 1},
-    }
-    return _goto(run, "call_model", state)
+    state = replace(
+        run.state,
+        compact_pending=True,
+        chars_per_token=round(chars_per_token(run) * 0.8, 4),
+        context_overflows=(run.turn, count + 1),
+    )
+    return Transition("call_model", state, run.turn, run.mailbox_position)
 
 
-def _goto(
-    run: Run, phase: Phase, state: dict[str, Any], writes: tuple[Write, ...] = ()
-) -> Transition:
-    return Transition(phase, state, run.turn, run.mailbox_position, writes)
-
-
-async def compact(run: Run, task: Task, ctx: ExecutorContext, plan: Compaction) -> Transition:
+async def compact(
+    run: Run, task: Task, ctx: ExecutorContext, plan: Compaction
+) -> Transition[Literal["call_model"]]:
     """Ask for the summary (a separate, recorded call) and persist it with its usage."""
     request = ModelRequest(
         task_id=task.task_id,
@@ -113,17 +111,18 @@ async def compact(run: Run, task: Task, ctx: ExecutorContext, plan: Compaction) 
     ctx.observe_model_call("compaction", response.usage, seconds)
     ctx.faults.hit("compaction:summarised")
     key = f"compact:{plan.through_seq}"
-    item = runs.NewItem(key, "user", fitting.SUMMARY_KIND, _payload(plan, response, run.turn))
+    payload = _payload(plan, response, run.turn)
+    item = transcripts.NewItem(key, "user", fitting.SUMMARY_KIND, payload)
     call = ctx.accounting.call(key, "compaction", response.usage, seconds)
     now = ctx.clock.now()
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, [item], now)
+        transcripts.add_transcript_items(session, task.task_id, [item], now)
         usage.record_call(session, task.task_id, task.root_id, call, now)
         ctx.reporter.on_phase(session, task, "call_model", "summarising the work so far")
 
-    state = {k: v for k, v in run.state.items() if k != PENDING}
-    return _goto(run, "call_model", state, (write,))
+    state = replace(run.state, compact_pending=False)
+    return Transition("call_model", state, run.turn, run.mailbox_position, (write,))
 
 
 def _payload(plan: Compaction, response: ModelResponse, turn: int) -> dict[str, Any]:

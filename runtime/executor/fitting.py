@@ -27,7 +27,7 @@ from runtime.models.base import (
     UserText,
 )
 from runtime.models.size import item_chars, tokens_of
-from runtime.store.runs import TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 SUMMARY_KIND = "summary"

@@ -15,7 +15,7 @@ from pathlib import Path
 from runtime.errors import KeelError
 from runtime.evidence import EvidenceItem
 from runtime.executor.context import ExecutorContext
-from runtime.store import runs
+from runtime.store import ledger
 from runtime.store.records import Task
 from runtime.tools.base import Completed, Tool, ToolContext
 from runtime.workspace.git import git
@@ -76,7 +76,7 @@ async def _commit(commit: Tool, task: Task, ws: Path, call_id: str) -> Completed
 
 async def _task_branch(ctx: ExecutorContext, task: Task) -> str:
     """The branch the task last pushed to, else ``keel/<task id>``."""
-    records = await ctx.db.read(lambda s: runs.evidence_of_tree(s, task.root_id))
+    records = await ctx.db.read(lambda s: ledger.evidence_of_tree(s, task.root_id))
     return _pushed_branch([r.item for r in records if r.task_id == task.task_id]) or (
         f"keel/{task.task_id}"
     )

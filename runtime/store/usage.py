@@ -5,14 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import case, func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Table, case, func, select
 from sqlalchemy.orm import Session
 
+from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import ModelCallRow
+
+_ADD_CALL = insert_ignoring(
+    cast(Table, ModelCallRow.__table__),
+    [
+        "task_id", "root_id", "call_key", "purpose", "model", "prompt_tokens",
+        "completion_tokens", "cached_tokens", "cost_usd", "seconds", "created_at",
+    ],
+    ["task_id", "call_key"],
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +77,7 @@ def record_call(
         seconds=call.seconds,
         created_at=now,
     )
-    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    statement = insert(ModelCallRow).values(values)
-    session.execute(statement.on_conflict_do_nothing(index_elements=["task_id", "call_key"]))
+    _ADD_CALL.execute(session, parameters(values))
 
 
 _SUMS = (

@@ -13,7 +13,7 @@ from runtime.config import ModelPrice
 from runtime.executor.accounting import Accounting
 from runtime.executor.budget import answer_of
 from runtime.scheduler import Appended, Duplicate
-from runtime.store import outbox, runs, usage
+from runtime.store import executions, outbox, transcripts, usage
 from runtime.store import tasks as q
 from runtime.store.records import Task, TaskStatus
 from tests.factories import make_spec, text_part
@@ -61,7 +61,7 @@ async def _asks(stack: Stack, task_id: str) -> list[outbox.OutboxPost]:
 
 
 async def _parked(stack: Stack, task_id: str, asks: int) -> bool:
-    run = await stack.db.read(lambda s: runs.load_run(s, task_id))
+    run = await stack.db.read(lambda s: executions.load_run(s, task_id))
     task = await stack.scheduler.get(task_id)
     parked = run is not None and run.phase == "await_budget" and task is not None
     return parked and task.status is TaskStatus.waiting and len(await _asks(stack, task_id)) >= asks
@@ -69,7 +69,7 @@ async def _parked(stack: Stack, task_id: str, asks: int) -> bool:
 
 async def _ended(stack: Stack, task_id: str) -> Task:
     async def done() -> bool:
-        run = await stack.db.read(lambda s: runs.load_run(s, task_id))
+        run = await stack.db.read(lambda s: executions.load_run(s, task_id))
         return run is not None and run.phase == "done"
 
     await until(done)
@@ -131,7 +131,7 @@ async def test_task_ends_as_budget_exhausted_with_its_summary_when_nobody_answer
     assert final.result is not None and final.result["outcome"] == "budget_exhausted"
     assert "without an answer" in final.result["summary"]
     assert "So far: lookup ×" in final.result["summary"]
-    entries = await stack.db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await stack.db.read(lambda s: transcripts.transcript(s, task.task_id))
     assert any("hmm, why?" in str(e.payload.get("text")) for e in entries)
 
 
@@ -155,7 +155,7 @@ async def test_resident_role_budget_counts_each_event_alone_when_it_lives_on(
     task = (await stack.scheduler.schedule(make_spec())).task
 
     async def idle(turn: int) -> bool:
-        run = await stack.db.read(lambda s: runs.load_run(s, task.task_id))
+        run = await stack.db.read(lambda s: executions.load_run(s, task.task_id))
         return run is not None and run.phase == "await_input" and run.turn == turn
 
     async with working(stack):

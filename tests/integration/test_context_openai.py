@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from runtime.models.openai import OpenAIProvider
-from runtime.store import runs, usage
+from runtime.store import transcripts, usage
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec
 from tests.harness import agent, build_stack
@@ -60,7 +60,7 @@ async def test_context_length_refusal_compacts_once_and_the_turn_succeeds_when_o
     assert "tools" not in summary_request
     assert "Looked up call_a" in json.dumps(retried["messages"])
     assert len(retried["messages"]) < len(sent[2]["messages"])
-    entries = await stack.db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await stack.db.read(lambda s: transcripts.transcript(s, task.task_id))
     assert [e.kind for e in entries].count("summary") == 1
     totals = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
     assert (totals.calls, totals.prompt_tokens, totals.completion_tokens) == (4, 480, 120)

@@ -23,7 +23,7 @@ from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.scripted import SCRIPTED_CHARS_PER_TOKEN, ScriptedProvider
 from runtime.models.size import request_chars
 from runtime.reporting import ThreadReporter, spend_line
-from runtime.store import outbox, runs, usage
+from runtime.store import executions, outbox, transcripts, usage
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec
 from tests.harness import Stack, agent, build_stack
@@ -78,8 +78,8 @@ def window_stack(db_url: str, folder: Path, provider: Recording, **limits: Any) 
     return stack
 
 
-async def _summaries(stack: Stack, task_id: str) -> list[runs.TranscriptEntry]:
-    entries = await stack.db.read(lambda s: runs.transcript(s, task_id))
+async def _summaries(stack: Stack, task_id: str) -> list[transcripts.TranscriptEntry]:
+    entries = await stack.db.read(lambda s: transcripts.transcript(s, task_id))
     return [e for e in entries if e.kind == "summary"]
 
 
@@ -123,8 +123,9 @@ async def test_requests_fit_the_providers_own_count_when_its_tokens_are_denser_t
     assert final.status is TaskStatus.succeeded, final.result
     counted = [math.ceil(request_chars(r) / 2) for r in provider.requests]
     assert max(counted) <= WINDOW
-    run = await stack.db.read(lambda s: runs.load_run(s, task.task_id))
-    assert run is not None and 1.9 <= run.state["chars_per_token"] <= 2.1
+    run = await stack.db.read(lambda s: executions.load_run(s, task.task_id))
+    ratio = run.state.chars_per_token if run is not None else None
+    assert ratio is not None and 1.9 <= ratio <= 2.1
 
 
 async def test_context_length_refusal_compacts_once_and_retries_when_the_provider_refuses(

@@ -11,9 +11,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from runtime.store import runs
+from runtime.store import executions
 from runtime.store.engine import Database
-from runtime.store.runs import Run
+from runtime.store.executions import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ async def until_done(
             if worker.poll() is not None:
                 killed = True
                 worker = start({})
-            run = await db.read(lambda s: runs.load_run(s, task_id))
+            run = await db.read(lambda s: executions.load_run(s, task_id))
             if run is not None and run.phase == "done":
                 return killed
             if on_poll is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.scheduler import Scheduler
-from runtime.store import outbox, runs
+from runtime.store import executions, outbox, transcripts
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
@@ -34,7 +34,7 @@ async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
     task = (await scheduler.schedule(make_spec(message="spend"))).task
     replies = ["continue", "stop"]
 
-    async def answer(run: runs.Run | None) -> None:
+    async def answer(run: executions.Run | None) -> None:
         """Each question gets the next reply, once, while the task is parked at it."""
         if not replies or run is None or run.phase != "await_budget":
             return
@@ -52,7 +52,7 @@ async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
         folder=folder,
     )
     final = await scheduler.get(task.task_id)
-    entries = await db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await db.read(lambda s: transcripts.transcript(s, task.task_id))
     posts = await db.read(lambda s: outbox.posts_of_task(s, task.task_id))
     db.close()
     assert final is not None and final.result is not None

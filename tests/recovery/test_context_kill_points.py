@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import transcripts
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
@@ -49,7 +49,7 @@ async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
         folder=folder,
     )
     final = await scheduler.get(task.task_id)
-    entries = await db.read(lambda s: runs.transcript(s, task.task_id))
+    entries = await db.read(lambda s: transcripts.transcript(s, task.task_id))
     db.close()
     assert final is not None
     requests: dict[tuple[str, int], set[str]] = {}

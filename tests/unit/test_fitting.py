@@ -12,7 +12,7 @@ from runtime.executor.accounting import Accounting
 from runtime.executor.fitting import Window, fit
 from runtime.models.base import ToolResultItem, Usage, UserText
 from runtime.models.size import item_chars
-from runtime.store.runs import TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 NOW = datetime(2026, 12, 6, tzinfo=UTC)
 WINDOW = Window(context_window=2_000, reply_tokens=200)  # 1,400 tokens: 5,600 characters

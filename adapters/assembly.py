@@ -11,7 +11,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.briefing import build_briefing
 from adapters.checkouts import Checkouts
@@ -22,8 +22,8 @@ from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
-from adapters.web.ingress import RoutedSink
 from adapters.web.metrics import Metrics
+from adapters.web.sink import RoutedSink
 from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import Router
 from routing.permissions import CachedPermissions
@@ -42,7 +42,6 @@ from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ReportingPolicy, ThreadReporter
 from runtime.scheduler import Scheduler
 from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
-from runtime.store.listen import PgListener
 from runtime.store.migrate import upgrade
 from runtime.store.records import Task
 from runtime.surfaces import Surface
@@ -51,6 +50,9 @@ from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
 from runtime.worker import Worker
 from runtime.workspace import Workspaces
+
+if TYPE_CHECKING:
+    from runtime.store.listen import PgListener
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,8 @@ class Keel:
         )
         self.sink = RoutedSink(self.router, self.metrics)
         if self.db.is_postgres:
+            from runtime.store.listen import PgListener  # psycopg: PostgreSQL only
+
             self._listener = PgListener(url, notifier)
 
     def migrate(self) -> None:
@@ -274,6 +278,10 @@ class Keel:
         self._tasks.clear()
         if self._listener is not None:
             self._listener.stop()
+        if self.slack is not None:
+            from adapters.slack.workspaces import close_shared_sessions
+
+            await close_shared_sessions()
         self.db.close()
 
 

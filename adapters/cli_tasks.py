@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
-import httpx
 import typer
 
 from adapters.config import AppConfig
@@ -184,6 +183,8 @@ def replay(config: AppConfig, path: Path, url: str) -> None:
             raise typer.BadParameter("slack.signing_secret is not configured")
         request = sign_slack(payload, secret.get_secret_value())
         target = url.rstrip("/") + "/slack/events"
+    import httpx
+
     response = httpx.post(target, content=request.body, headers=request.headers, timeout=10)
     typer.echo(f"{response.status_code} {response.text[:200]}")
     if response.status_code >= 400:

@@ -8,17 +8,19 @@ tests, never share or collide on metric state.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Depends, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
-from starlette.responses import Response
 
 from runtime.models.base import Usage
 from runtime.store import usage, views
 from runtime.store.engine import Database
+
+if TYPE_CHECKING:  # the web framework is imported by build_metrics, which serve calls
+    from fastapi import APIRouter, Request
 
 _ACK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _PHASE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0)
@@ -114,12 +116,15 @@ def build_metrics(
 ) -> APIRouter:
     """``GET /metrics``; pass the app's ``Metrics`` so what it observes is served, and ``auth``
     unless the counts may be read by anyone who can reach the server."""
+    from fastapi import APIRouter, Depends
+    from starlette.responses import Response
+
     observed = metrics if metrics is not None else Metrics()
     guard = [Depends(auth)] if auth is not None else []
     router = APIRouter(tags=["metrics"], dependencies=guard)
 
     @router.get("/metrics", response_class=Response)
-    async def scrape() -> Response:
+    async def scrape() -> Any:
         counts = await db.read(views.counts)
         tokens = await db.read(usage.tokens_by_kind)
         return Response(render(observed, counts, tokens), media_type=CONTENT_TYPE_LATEST)

@@ -13,7 +13,7 @@ import typer
 
 from adapters.config import AppConfig
 from adapters.emulators.webhooks import sign_github, sign_slack
-from adapters.web.ui import spend_text, with_spend
+from adapters.spend import spend_text, with_spend
 from runtime.config import redact_url
 from runtime.scheduler import Scheduler
 from runtime.store import views

@@ -18,12 +18,12 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
+from adapters.spend import spend_text, with_spend
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
 from runtime.reporting import is_daemon
 from runtime.store import views
-from runtime.store.engine import Database, Transaction
+from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
-from runtime.store.usage import Spent, UsageTotals, spent_of
 
 Auth = Callable[[Request], Awaitable[None]]
 
@@ -124,25 +124,6 @@ def _seconds(value: float | None) -> str:
     if value is None:
         return ""
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
-
-
-def with_spend(session: Transaction, task_id: str) -> tuple[views.TaskDetail, Spent] | None:
-    detail = views.task_detail(session, task_id)
-    if detail is None:
-        return None
-    return detail, spent_of(session, detail.task.task_id, detail.task.root_id)
-
-
-def spend_text(totals: UsageTotals) -> str:
-    """"12.4k tokens (10.1k in, 2.3k out) · $0.03 · 7 model calls"."""
-    if not totals.calls:
-        return "no model calls yet"
-    calls = f"{totals.calls} model call{'' if totals.calls == 1 else 's'}"
-    cached = f", {totals.cached_tokens:,} cached" if totals.cached_tokens else ""
-    return (
-        f"{totals.total_tokens:,} tokens ({totals.prompt_tokens:,} in{cached}, "
-        f"{totals.completion_tokens:,} out) · ${totals.cost_usd:.4f} · {calls}"
-    )
 
 
 def make_environment() -> Environment:

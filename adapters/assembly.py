@@ -31,7 +31,9 @@ from routing.policy import RoutingPolicy
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
 from runtime.errors import Permanent
+from runtime.executor.accounting import Accounting
 from runtime.executor.context import ExecutorContext
+from runtime.executor.fitting import Window
 from runtime.executor.runner import Runner
 from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
 from runtime.models.factory import build_provider
@@ -195,6 +197,13 @@ class Keel:
             briefing=self.briefing,
             workspace_for=self.checkouts.workspace_for,
             observe_phase=self.metrics.observe_phase,
+            window=Window(
+                context_window=cfg.model.context_window,
+                reply_tokens=cfg.model.max_output_tokens,
+                fit_ratio=cfg.model.fit_ratio,
+            ),
+            accounting=Accounting(cfg.model.model, cfg.model.prices),
+            observe_model_call=self.metrics.observe_model_call,
         )
         self.worker = Worker(
             self.scheduler,

@@ -35,6 +35,7 @@ BENCHMARKS = (
     ("scaleout", 200),
     ("memory", 120),
     ("ack", 60),
+    ("context_fit", 60),
 )
 RESULT = re.compile(
     r"^RESULT (?P<name>\S+) value=(?P<value>\S+) baseline=(?P<baseline>\S+) "

@@ -41,6 +41,7 @@ from routing.router import (
 from routing.signal import FAILED_CONCLUSIONS, Ignored, Signal
 from runtime.clock import Clock, SystemClock
 from runtime.errors import KeelError, Retryable
+from runtime.executor.budget import answer_of
 from runtime.executor.faults import FaultPlan
 from runtime.ids import SignalId, TaskId
 from runtime.reporting import ReportingPolicy, enqueue_ack
@@ -299,6 +300,7 @@ class Router:
             return _result(admitted.record, duplicate=True)
         record = admitted.record
         if record.decision != PENDING:
+            self._refuse_in(session, record)
             if signal is not None and record.reason == "capped":
                 self._capped_in(session, record, signal)
             return _result(record)
@@ -579,6 +581,29 @@ class Router:
                 f"{str(signal.thread_ref).rsplit('@', 1)[-1][:12]}). I have followed up on "
                 f"{cap} failed check{'s' if cap != 1 else ''} on this pull request, the limit, "
                 "so I am not trying again: it needs a person to look."
+            ),
+            now=self.clock.now(),
+        )
+
+    def _refuse_in(self, session: Transaction, record: SignalRecord) -> None:
+        """A budget's ``continue`` typed by someone who may not start tasks is answered in
+        the thread (a click on Continue is answered to the clicker alone by the adapter)."""
+        refused = record.decision == "drop" and record.reason == "unauthorised"
+        if not refused or record.kind == "action" or record.thread_ref is None:
+            return
+        if answer_of(record.text) != "continue" or self.reporting is None:
+            return
+        who = record.actor.get("name") or record.actor.get("id") or "someone"
+        enqueue_post(
+            session,
+            task_id="",
+            purpose="refusal",
+            thread=record.thread_ref.root,
+            key=f"refusal:{record.signal_id}",
+            action="post",
+            body=(
+                f"Not continuing on {who}'s word: only people who may start tasks here can "
+                "let a task spend more."
             ),
             now=self.clock.now(),
         )

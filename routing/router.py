@@ -158,7 +158,8 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
             return Drop("not_addressed", "stop with no active task")
         return Stop(active)
     if is_answer(signal):
-        # ✅, or a click on Approve / Reject: the task's waiting call reads it as a reply.
+        # ✅, or a click on Approve / Reject (or Continue under a budget's question): the
+        # waiting task reads it as a reply.
         if active is None:
             return Drop("not_addressed", f"{signal.text} with no active task")
         return Append(active, key=signal.dedupe_key)

@@ -54,7 +54,7 @@ FAILED_CONCLUSIONS: frozenset[str] = frozenset(
     {"failure", "timed_out", "startup_failure", "action_required"}
 )
 # Keel's buttons whose click is an answer to the task's question (approval before a write).
-ANSWER_ACTIONS: frozenset[str] = frozenset({"approve", "reject"})
+ANSWER_ACTIONS: frozenset[str] = frozenset({"approve", "reject", "continue"})
 
 _COMMAND_WORDS: Mapping[str, Command] = MappingProxyType(
     {"stop": "stop", "cancel": "stop", "🛑": "stop", ":octagonal_sign:": "stop", "status": "status"}

@@ -124,6 +124,29 @@ class Explode:
         return Unknown("n/a")
 
 
+class Blob:
+    """A read that returns ``size`` characters: a large file, a long log."""
+
+    name = "blob"
+    description = "Read a large output."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "size": {"type": "integer"}},
+    }
+    effect: Effect = "read"
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        line = f"{args.get('path')}: line of output\n"
+        size = int(args.get("size", 1000))
+        return Completed((line * (size // len(line) + 1))[:size])
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
+        return Pending()
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        return Unknown("reads are repeated, not reconciled")
+
+
 class OpenPull:
     """A write that opens a pull request (a line in ``pulls``; its number is the line's) and
     reports it as evidence, as open_pull_request does; reconciles by call id."""

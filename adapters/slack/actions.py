@@ -2,7 +2,8 @@
 
 A click on a ``keel:<name>`` button becomes a Signal of kind ``action`` (``signal_from_click``,
 pure) and goes to the same sink as events: the Stop button stops the thread's task exactly
-as a 🛑 would, with the same authorisation; Approve and Reject under an approval question are
+as a 🛑 would, with the same authorisation; the Continue button under a budget's question
+is the reply ``continue``; Approve and Reject under an approval question are
 the replies ``approve call=<id>`` / ``reject call=<id>``, naming the call they answer. The
 click is acknowledged after the Signal is committed; a second click of the same button finds
 the stop already recorded, so the task stops once. A click Keel refuses (not allowed, or
@@ -43,6 +44,13 @@ _REFUSALS = {
     ),
     ("approve", "not_addressed"): "There is nothing to approve: this task has already finished.",
     ("reject", "not_addressed"): "There is nothing to reject: this task has already finished.",
+    ("continue", "unauthorised"): (
+        "Sorry, you are not allowed to let this task spend more; someone who may start tasks "
+        "here can."
+    ),
+    ("continue", "not_addressed"): (
+        "There is nothing to continue here: this task has already finished."
+    ),
 }
 
 

@@ -1,8 +1,8 @@
 """Pull requests linked to the objective of the task that opened them, and signals found by
 objective and kind (to count a linked pull request's CI follow-ups).
 
-Revision ID: 0008_prloop
-Revises: 0007_slack
+Revision ID: 0009_prloop
+Revises: 0008_context
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from alembic import op
 
 from runtime.store.models import UtcDateTime
 
-revision = "0008_prloop"
-down_revision = "0007_slack"
+revision = "0009_prloop"
+down_revision = "0008_context"
 branch_labels = None
 depends_on = None
 

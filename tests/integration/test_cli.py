@@ -169,3 +169,21 @@ async def test_tasks_tail_exit_code_says_how_it_ended_when_task_is_terminal(
 def test_tasks_tail_help_documents_its_exit_codes(tmp_path: Path) -> None:
     result = _keel("tasks", "tail", "--help", db_url=None, cwd=tmp_path)
     assert "1 failed, 3 canceled, 4 timed_out" in " ".join(result.stdout.split())
+
+
+def test_config_check_exits_non_zero_naming_the_variable_when_the_app_key_is_invalid(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "app.yaml"
+    config.write_text(
+        "github:\n  webhook_secret: w\n  app:\n    app_id: 1\n"
+        "    private_key: ${GITHUB_APP_PRIVATE_KEY}\n    installation_id: 2\n"
+    )
+    env = {**_env(None), "GITHUB_APP_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\\nx\\n"}
+    result = subprocess.run(
+        [*KEEL, "config", "check", str(config)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert "GITHUB_APP_PRIVATE_KEY" in result.stderr
+    assert "github.app.private_key" in result.stderr

@@ -123,7 +123,12 @@ class Keel:
             readonly_paths=cfg.workspace.readonly_paths,
             hidden=_keel_files(cfg, url),
         )
-        self.checkouts = Checkouts(self.workspaces, cfg.workspace.repositories, self.scheduler)
+        self.checkouts = Checkouts(
+            self.workspaces,
+            cfg.workspace.repositories,
+            self.scheduler,
+            allow=cfg.github.repositories,
+        )
         self.reporting = ReportingPolicy(
             ack=cfg.reporting.ack,
             ack_emoji=cfg.reporting.ack_emoji,
@@ -168,6 +173,7 @@ class Keel:
             self.github = GitHubClient.from_config(cfg.github)
             self.surfaces["github"] = GitHubSurface(self.github)
             self.router.permissions = CachedPermissions(self.github)
+            self.checkouts.host = self.github
         self.briefing = build_briefing(
             cfg, self.slack.workspaces if self.slack is not None else None
         )
@@ -230,7 +236,11 @@ class Keel:
         if agent is not None and agent.allow_network:
             sandbox = replace(sandbox, network=True)
         found: list[Tool] = [
-            *devbox_tools(sandbox, allow_protected=bool(agent and agent.allow_protected_push)),
+            *devbox_tools(
+                sandbox,
+                allow_protected=bool(agent and agent.allow_protected_push),
+                credentials=self.checkouts,
+            ),
             Delegate(self.scheduler, max_depth=agent.limits.max_delegation_depth if agent else 2),
             WaitForTask(self.scheduler),
             PostUpdate(self.db, self.scheduler),

@@ -222,11 +222,9 @@ class GitHubAppConfig(ConfigSection):
         return key
 
     def unset(self) -> tuple[str, ...]:
-        return tuple(
-            name
-            for name in ("app_id", "private_key", "installation_id")
-            if getattr(self, name) is None
-        )
+        # installation_id is optional: each webhook names its installation; when set, it
+        # serves repositories no webhook has named yet.
+        return tuple(name for name in ("app_id", "private_key") if getattr(self, name) is None)
 
 
 def _check_private_key(pem: str) -> None:
@@ -250,6 +248,17 @@ class GitHubConfig(ConfigSection):
     trigger: str = Field(default="@keel", min_length=1)
     min_permission: Permission = "write"
     allowed_bots: Names = ()
+    # Repositories Keel acts on, as owner/name patterns ("acme/*"); empty: every repository
+    # the App (or token) reaches. Each is cloned on demand; workspace.repositories overrides.
+    repositories: Names = ()
+    # What someone below min_permission who asked gets: a short reply (once per person and
+    # thread) or nothing.
+    unauthorised: Literal["reply", "silent"] = "reply"
+    # Labelling an issue with this label asks Keel to work on it (empty: labels do nothing).
+    trigger_label: OptionalText = None
+    # Ask GitHub to redeliver webhooks that failed while Keel was away (App auth only).
+    catch_up: bool = True
+    catch_up_interval_s: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
     def _one_auth(self) -> GitHubConfig:

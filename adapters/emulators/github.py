@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from adapters.emulators import github_shapes as shapes
 from adapters.emulators.faults import FaultRaised, RecordingMiddleware, gate_of
+from adapters.emulators.github_git import GIT_ROUTE, git_smart_http
 from adapters.emulators.github_state import (
     GitHubState,
     GitHubUser,
@@ -31,7 +32,13 @@ from adapters.emulators.github_state import (
 Json = dict[str, Any]
 _DOCS = "https://docs.github.com/rest"
 _REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
-_APP_ROUTES = frozenset({"apps/create-installation-access-token", "apps/get-authenticated"})
+_APP_ROUTES = frozenset(
+    {
+        "apps/create-installation-access-token",
+        "apps/get-authenticated",
+        "apps/get-repo-installation",
+    }
+)
 
 
 class GitHubError(Exception):
@@ -89,12 +96,18 @@ async def _guard(request: Request) -> None:
         if issued is None or not issued.valid(time.time()):
             raise GitHubError(401, "Bad credentials")
         request.state.caller = state.users[issued.login]
+        request.state.token = issued
     await gate_of(request.scope).enter(route_name)
 
 
 def _repo(request: Request, owner: str, repo: str) -> Repo:
-    found = _state(request).repos.get(f"{owner}/{repo}")
+    state, full_name = _state(request), f"{owner}/{repo}"
+    found = state.repos.get(full_name)
     if found is None:
+        raise GitHubError(404, "Not Found")
+    # An installation token sees only its own installation's repositories.
+    issued = getattr(request.state, "token", None)
+    if issued is not None and not state.token_reaches(issued, full_name):
         raise GitHubError(404, "Not Found")
     return found
 
@@ -348,10 +361,21 @@ async def combined_status(request: Request, owner: str, repo: str, ref: str) -> 
 
 async def create_installation_token(request: Request, installation_id: int) -> Response:
     state = _state(request)
-    if installation_id != state.installation_id:
+    if installation_id != state.installation_id and installation_id not in state.installations:
         raise GitHubError(404, "Not Found")
     token = state.issue_installation_token(installation_id)
     return JSONResponse(shapes.token_json(_hosts(request), token), status_code=201)
+
+
+async def get_repo_installation(request: Request, owner: str, repo: str) -> Json:
+    state, full_name = _state(request), f"{owner}/{repo}"
+    if full_name not in state.repos:
+        raise GitHubError(404, "Not Found")
+    installation_id = state.installation_of(full_name)
+    account = state.installations.get(installation_id, owner)
+    return shapes.installation_json(
+        _hosts(request), state.add_user(account), installation_id, state.app_id, state.app_slug
+    )
 
 
 async def get_app(request: Request) -> Json:
@@ -416,6 +440,7 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
         "apps/create-installation-access-token",
         create_installation_token,
     ),
+    ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),
     ("GET", "/app", "apps/get-authenticated", get_app),
     ("GET", "/user", "users/get-authenticated", get_authenticated_user),
 )
@@ -450,6 +475,8 @@ def create_github_app(state: GitHubState) -> FastAPI:
     for method, path, operation_id, handler in ROUTES:
         router.add_api_route(path, handler, methods=[method], name=operation_id)
     app.include_router(router)
+    # The git remote authenticates itself (Basic credentials, as git sends them).
+    app.add_route(GIT_ROUTE, git_smart_http, methods=["GET", "POST"], name="git/smart-http")
     app.add_exception_handler(GitHubError, _on_github_error)
     app.add_exception_handler(FaultRaised, _on_fault)
     app.add_middleware(RecordingMiddleware, state=state)

@@ -197,7 +197,7 @@ def live_keel(
     slack.tokens.add(BOT_TOKEN)
     slack.add_user(PERSON, "dana", real_name="Dana")
     github.add_token(GITHUB_TOKEN, "keel-bot")
-    github.add_repo(GH_REPO)
+    github.add_git_repo(GH_REPO, workdir / "github-git")  # cloned on demand, with the token
     github.add_user(GH_USER)
     github.set_permission(GH_REPO, GH_USER, "write")
     servers: list[RunningServer] = []

@@ -332,7 +332,7 @@ def test_github_is_disabled_with_reasons_when_app_credentials_are_partial() -> N
     tree = {
         "github": {
             "webhook_secret": "w",
-            "app": {"app_id": 42, "private_key": "${GITHUB_APP_PRIVATE_KEY}"},
+            "app": {"private_key": "${GITHUB_APP_PRIVATE_KEY}", "installation_id": 7},
         }
     }
 
@@ -341,7 +341,7 @@ def test_github_is_disabled_with_reasons_when_app_credentials_are_partial() -> N
     assert not config.github.enabled
     (line,) = [line for line in describe(config) if line.startswith("github:")]
     assert "GITHUB_APP_PRIVATE_KEY" in line
-    assert "github.app.installation_id" in line
+    assert "github.app.app_id" in line
     assert "webhook" not in line
 
 

@@ -14,13 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from adapters.checkouts import Checkouts
 from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import serve
+from adapters.github.client import GitHubClient
+from runtime.scheduler import Scheduler
+from runtime.store.engine import Database
 from runtime.tools.base import Completed, ToolContext
 from runtime.tools.devbox import GitCommit, GitPush
 from runtime.workspace import Workspaces, WorkspaceSpec
+from tests.factories import make_spec
 
 REPO = "acme/widgets"
 
@@ -168,3 +175,72 @@ async def test_clone_fails_when_the_remote_requires_a_token_and_none_is_given(
     workspaces = Workspaces(tmp_path / "workspaces", sandbox="none")
     with pytest.raises(Exception, match="clone"):
         await workspaces.ensure(WorkspaceSpec("t-1", remote.clone_url), None)
+
+
+# -- many installations ---------------------------------------------------------------------
+
+
+def _app_key() -> tuple[str, str]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    return private, public
+
+
+async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_two_are_installed(
+    tmp_path: Path, database: Database
+) -> None:
+    private, public = _app_key()
+    state = GitHubState(app_public_key=public)
+    state.add_installation(501, "acme")
+    state.add_installation(502, "globex")
+    state.add_git_repo("acme/rockets", tmp_path / "remote", installation_id=501)
+    state.add_git_repo("globex/widgets", tmp_path / "remote", installation_id=502)
+    scheduler = Scheduler(database)
+    with serve(create_github_app(state)) as server:
+        client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
+        # Neither is in workspace.repositories: both come from the App, on demand.
+        checkouts = Checkouts(
+            Workspaces(tmp_path / "ws", sandbox="none"), {}, scheduler, host=client,
+            allow=("acme/*", "globex/*"),
+        )
+        client_installations = client.installations
+        assert client_installations is not None
+        client_installations.remember("acme/rockets", 501)  # what acme's webhook said
+        for repo in ("acme/rockets", "globex/widgets"):
+            task = (await scheduler.schedule(make_spec(repo=repo, message=repo))).task
+            ws = await checkouts.workspace_for(task)
+            assert ws is not None and (ws / "README.md").is_file()
+            (ws / "change.txt").write_text(repo)
+            ctx = ToolContext(task.task_id, task.task_id, "c-1", workspace=ws)
+            assert isinstance(await GitCommit().start({"message": repo}, ctx), Completed)
+            pushed = await GitPush(credentials=checkouts).start({"branch": "keel/x"}, ctx)
+            assert isinstance(pushed, Completed) and not pushed.is_error, pushed.output
+            assert state.repos[repo].branch_sha("keel/x") is not None
+    issued = {t.installation_id for t in state.tokens.values() if t.installation_id}
+    assert issued == {501, 502}
+    assert client_installations.tokens_issued == 2  # cached: clone and push shared one each
+
+
+async def test_a_repository_outside_the_allow_list_gets_no_checkout(
+    tmp_path: Path, database: Database
+) -> None:
+    private, public = _app_key()
+    state = GitHubState(app_public_key=public)
+    state.add_git_repo("evil/repo", tmp_path / "remote")
+    scheduler = Scheduler(database)
+    with serve(create_github_app(state)) as server:
+        client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
+        checkouts = Checkouts(
+            Workspaces(tmp_path / "ws", sandbox="none"), {}, scheduler, host=client,
+            allow=("acme/*",),
+        )
+        task = (await scheduler.schedule(make_spec(repo="evil/repo"))).task
+        assert await checkouts.workspace_for(task) is None
+    assert not list((tmp_path / "ws").glob("*/*"))

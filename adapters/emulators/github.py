@@ -8,6 +8,7 @@ credentials"); ``/app`` routes take the app's JWT instead.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +38,8 @@ _APP_ROUTES = frozenset(
         "apps/create-installation-access-token",
         "apps/get-authenticated",
         "apps/get-repo-installation",
+        "apps/list-webhook-deliveries",
+        "apps/redeliver-webhook-delivery",
     }
 )
 
@@ -378,6 +381,37 @@ async def get_repo_installation(request: Request, owner: str, repo: str) -> Json
     )
 
 
+async def list_hook_deliveries(request: Request) -> Response:
+    """Newest first; ``cursor`` is where the next page starts (GitHub's is opaque too)."""
+    found = _state(request).hooks.newest_first()
+    per_page = min(int(request.query_params.get("per_page", 30)), 100)
+    start = int(request.query_params.get("cursor") or 0)
+    page = found[start : start + per_page]
+    headers = {}
+    if start + per_page < len(found):
+        next_url = request.url.include_query_params(cursor=start + per_page, per_page=per_page)
+        headers["Link"] = f'<{next_url}>; rel="next"'
+    return JSONResponse([d.json() for d in page], headers=headers)
+
+
+async def redeliver_hook_delivery(request: Request, delivery_id: int) -> Response:
+    hooks = _state(request).hooks
+    found = hooks.find(delivery_id)
+    if found is None:
+        raise GitHubError(404, "Not Found")
+    hooks.redelivery_requests.append(delivery_id)
+    # GitHub accepts the request and delivers afterwards, with the same GUID and body.
+    pending = asyncio.create_task(
+        hooks.send(found.event, found.payload, guid=found.guid, redelivery=True)
+    )
+    _BACKGROUND.add(pending)
+    pending.add_done_callback(_BACKGROUND.discard)
+    return JSONResponse({}, status_code=202)
+
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
 async def get_app(request: Request) -> Json:
     state = _state(request)
     owner = state.add_user("keel-org", "Organization")
@@ -442,6 +476,13 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ),
     ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),
     ("GET", "/app", "apps/get-authenticated", get_app),
+    ("GET", "/app/hook/deliveries", "apps/list-webhook-deliveries", list_hook_deliveries),
+    (
+        "POST",
+        "/app/hook/deliveries/{delivery_id}/attempts",
+        "apps/redeliver-webhook-delivery",
+        redeliver_hook_delivery,
+    ),
     ("GET", "/user", "users/get-authenticated", get_authenticated_user),
 )
 

@@ -17,6 +17,7 @@ from typing import Literal
 
 from adapters.emulators.faults import EmulatorState
 from adapters.emulators.github_git import branch_of, init_bare_repository
+from adapters.emulators.github_hooks import HookLog
 
 UserKind = Literal["User", "Bot", "Organization"]
 Permission = Literal["admin", "maintain", "write", "triage", "read", "none"]
@@ -209,6 +210,7 @@ class GitHubState(EmulatorState):
     installations: dict[int, str] = field(default_factory=dict)
     git_root: Path | None = None
     git_refusals: int = 0  # git requests answered 401
+    hooks: HookLog = field(default_factory=HookLog)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1001))
 
     @property

@@ -50,7 +50,7 @@ from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.outbox import enqueue_post
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, Admission, SignalFacts, SignalRecord, Verdict
-from runtime.threads import SlackThread, ThreadRef, text_of
+from runtime.threads import GitHubIssue, SlackThread, ThreadRef, text_of
 
 log = logging.getLogger(__name__)
 
@@ -558,10 +558,11 @@ class Router:
 
 
 def _acted_on(record: SignalRecord) -> ThreadRef | None:
-    """The Slack message a person acted with (mention, reply, reaction, click), if known;
-    GitHub acknowledges on the issue as before."""
+    """The message a person acted with, if known: the Slack mention, reply, reaction or
+    click; the GitHub issue comment or review comment (an issue, a pull request or a review
+    has none: its 👀 goes on the issue or pull request)."""
     message = record.message_ref
-    return message if isinstance(message, SlackThread) else None
+    return message if isinstance(message, SlackThread | GitHubIssue) else None
 
 
 def _escalation_text(reason: str | None) -> str:

@@ -220,6 +220,15 @@ async def react_comment(request: Request, owner: str, repo: str, comment_id: int
     return await _react(request, found, ("comment", _comment(found, comment_id).comment_id))
 
 
+async def react_review_comment(
+    request: Request, owner: str, repo: str, comment_id: int
+) -> Response:
+    found = _repo(request, owner, repo)
+    if comment_id not in found.review_comments:
+        raise GitHubError(404, "Not Found")
+    return await _react(request, found, ("review_comment", comment_id))
+
+
 def _split_head(repo: Repo, head: str) -> tuple[str, str]:
     owner, _, branch = head.rpartition(":")
     return owner or repo.owner.login, branch
@@ -436,6 +445,12 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
         _REPO + "/issues/comments/{comment_id}/reactions",
         "reactions/create-for-issue-comment",
         react_comment,
+    ),
+    (
+        "POST",
+        _REPO + "/pulls/comments/{comment_id}/reactions",
+        "reactions/create-for-pull-request-review-comment",
+        react_review_comment,
     ),
     ("POST", _REPO + "/pulls", "pulls/create", create_pull),
     ("GET", _REPO + "/pulls", "pulls/list", list_pulls),

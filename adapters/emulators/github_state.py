@@ -137,7 +137,7 @@ class Reaction:
     reaction_id: int
     content: str
     user: GitHubUser
-    subject: tuple[Literal["issue", "comment"], int]
+    subject: tuple[Literal["issue", "comment", "review_comment"], int]
     created_at: float
 
 

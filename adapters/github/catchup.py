@@ -68,6 +68,7 @@ class CatchUp:
         self.settle_s = settle_s
         self.on_request = on_request
         self.requested = 0
+        self._lock = asyncio.Lock()
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -83,6 +84,10 @@ class CatchUp:
     async def run_once(self) -> list[str]:
         """One pass; the GUIDs whose redelivery was requested."""
         now = self.clock.now()
+        async with self._lock:
+            return await self._pass(now)
+
+    async def _pass(self, now: datetime) -> list[str]:
         attempts = await asyncio.to_thread(self._list, now - GITHUB_KEEPS)
         by_guid: dict[str, list[Attempt]] = {}
         for attempt in attempts:
@@ -99,10 +104,13 @@ class CatchUp:
         asked = await self.db.read(lambda s: store.requested_guids(s, failed))
         requested = []
         for guid, newest in sorted(failed.items(), key=lambda item: item[1].delivered_at):
-            if guid in known or guid in asked:
+            if guid in known or guid in asked or not await self._claim(newest):
                 continue
-            await asyncio.to_thread(self._redeliver, newest.hook_id)
-            await self._record(newest)
+            try:
+                await asyncio.to_thread(self._redeliver, newest.hook_id)
+            except KeelError:
+                await self.db.run(functools.partial(store.unclaim_redelivery, guid=guid))
+                raise
             requested.append(guid)
             self.requested += 1
             if self.on_request is not None:
@@ -111,10 +119,11 @@ class CatchUp:
             log.info("github catch-up: asked GitHub to redeliver %d deliveries", len(requested))
         return requested
 
-    async def _record(self, attempt: Attempt) -> None:
+    async def _claim(self, attempt: Attempt) -> bool:
+        """Claim the GUID in the database first: only the claimant asks GitHub."""
         stamp = self.clock.now()
-        await self.db.run(
-            lambda s: store.record_redelivery(
+        return await self.db.run(
+            lambda s: store.claim_redelivery(
                 s, attempt.hook_id, attempt.guid, attempt.delivered_at, stamp
             )
         )

@@ -22,7 +22,7 @@ from github import Auth, Github, GithubException
 from adapters.config import GitHubConfig
 from adapters.github.errors import message_of, translate_github_error
 from adapters.github.installations import Installations
-from runtime.errors import ConfigError, Permanent, Retryable
+from runtime.errors import ConfigError, NotFound, Permanent, Retryable
 from runtime.threads import GitHubIssue
 
 T = TypeVar("T")
@@ -228,6 +228,9 @@ class GitHubClient:
         )
 
     async def react(self, ref: GitHubIssue, content: str) -> None:
+        """React to the issue, or to the comment it names: an issue comment or, failing that,
+        a review comment on a line of the pull request (GitHub numbers them apart)."""
+
         def react(gh: Github) -> None:
             issue = gh.get_repo(ref.repo).get_issue(ref.number)
             if ref.comment_id is None:
@@ -235,7 +238,17 @@ class GitHubClient:
             else:
                 issue.get_comment(ref.comment_id).create_reaction(content)
 
-        await self.call(react, repo=ref.repo)
+        def react_review_comment(gh: Github) -> None:
+            pull = gh.get_repo(ref.repo).get_pull(ref.number)
+            assert ref.comment_id is not None
+            pull.get_review_comment(ref.comment_id).create_reaction(content)
+
+        try:
+            await self.call(react, repo=ref.repo)
+        except NotFound:
+            if ref.comment_id is None:
+                raise
+            await self.call(react_review_comment, repo=ref.repo)
 
     # -- pull requests and CI ---------------------------------------------------------------
 

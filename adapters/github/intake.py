@@ -41,11 +41,11 @@ log = logging.getLogger(__name__)
 Unauthorised = Literal["reply", "silent"]
 
 UNVERIFIED = (
-    "Keel could not verify @{login}'s permission on {repo} (GitHub did not answer), so it did "
+    "Keel could not verify {login}'s permission on {repo} (GitHub did not answer), so it did "
     "not act on this request. Please ask again in a few minutes."
 )
 REFUSED = (
-    "Sorry @{login}, Keel only takes requests from people with at least {needed} permission "
+    "Sorry {login}, Keel only takes requests from people with at least {needed} permission "
     "on {repo}."
 )
 

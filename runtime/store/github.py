@@ -1,8 +1,8 @@
 """GitHub's own rows: deliveries held for the permission lookup, and requested redeliveries.
 
 A held delivery is keyed by its delivery id (a redelivery while it is held is the same row);
-it is released once routing has it. A redelivery request is recorded by GitHub's numeric id of
-the failed delivery, so a restart never asks twice.
+it is released once routing has it. A redelivery request is claimed by the delivery's GUID
+before it is made, so neither a restart nor a second process ever asks twice.
 """
 
 from __future__ import annotations
@@ -106,12 +106,20 @@ def requested_guids(session: Session, guids: Iterable[str]) -> set[str]:
     return set(found)
 
 
-def record_redelivery(
+def claim_redelivery(
     session: Session, hook_id: int, guid: str, delivered_at: datetime, now: datetime
-) -> None:
-    session.add(
-        GitHubRedeliveryRow(
-            hook_delivery_id=hook_id, guid=guid, delivered_at=delivered_at, requested_at=now
-        )
+) -> bool:
+    """Record that Keel asks for ``guid`` again; False if it was asked already (by anyone)."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert(GitHubRedeliveryRow)
+        .values(guid=guid, hook_id=hook_id, delivered_at=delivered_at, requested_at=now)
+        .on_conflict_do_nothing()
     )
+    return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
 
+
+def unclaim_redelivery(session: Session, guid: str) -> None:
+    """The request did not reach GitHub: the next pass may ask again."""
+    session.execute(delete(GitHubRedeliveryRow).where(GitHubRedeliveryRow.guid == guid))

@@ -298,9 +298,7 @@ class GitHubRedeliveryRow(Base):
     """A failed webhook delivery Keel asked GitHub to redeliver (once: the row says so)."""
 
     __tablename__ = "github_redeliveries"
-    hook_delivery_id: Mapped[int] = mapped_column(
-        "id", BigInteger, primary_key=True, autoincrement=False
-    )
-    guid: Mapped[str] = mapped_column(String(200))
+    guid: Mapped[str] = mapped_column(String(200), primary_key=True)
+    hook_id: Mapped[int] = mapped_column(BigInteger)  # the failed attempt asked for again
     delivered_at: Mapped[datetime] = mapped_column(UtcDateTime)
     requested_at: Mapped[datetime] = mapped_column(UtcDateTime)

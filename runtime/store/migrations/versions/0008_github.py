@@ -32,8 +32,8 @@ def upgrade() -> None:
     op.create_index("ix_github_inbox_next_at", "github_inbox", ["next_at"])
     op.create_table(
         "github_redeliveries",
-        sa.Column("id", sa.BigInteger(), primary_key=True, autoincrement=False),
-        sa.Column("guid", sa.String(length=200), nullable=False),
+        sa.Column("guid", sa.String(length=200), primary_key=True),
+        sa.Column("hook_id", sa.BigInteger(), nullable=False),
         sa.Column("delivered_at", UtcDateTime(), nullable=False),
         sa.Column("requested_at", UtcDateTime(), nullable=False),
     )

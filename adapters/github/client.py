@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from runtime.threads import GitHubIssue
 T = TypeVar("T")
 
 _DEFAULT_TIMEOUT_S = 15
+_LOOKUP_THREADS = 16
 _TRANSPORT_ERRORS = (
     requests.exceptions.RequestException,
     urllib3.exceptions.HTTPError,
@@ -96,6 +98,9 @@ class GitHubClient:
         self._by_installation: dict[int, tuple[str, Github]] = {}
         self._token: str | None = None
         self._clone_urls: dict[str, str] = {}
+        # Permission lookups wait in threads of their own: a slow GitHub must not hold the
+        # threads every other call (and the loop's other work) needs.
+        self._lookups = ThreadPoolExecutor(_LOOKUP_THREADS, thread_name_prefix="github-lookup")
 
     @classmethod
     def from_config(
@@ -140,25 +145,35 @@ class GitHubClient:
         )
         return cls(installations=installations, api_url=api_url, timeout_s=timeout_s)
 
-    async def call(self, operation: Callable[[Github], T], *, repo: str | None = None) -> T:
-        """Run ``operation`` in a thread as whoever may act on ``repo``; a refused
-        installation token is replaced once and the call repeated."""
+    async def call(
+        self,
+        operation: Callable[[Github], T],
+        *,
+        repo: str | None = None,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> T:
+        """Run ``operation`` in a thread (of ``pool``, or the loop's default) as whoever may
+        act on ``repo``; a refused installation token is replaced once and the call repeated."""
         if self.installations is not None:
-            return await self._as_installation(self.installations, operation, repo)
+            return await self._as_installation(self.installations, operation, repo, pool)
         assert self._github is not None and self._connect is not None
         try:
-            return await asyncio.to_thread(_translated, operation, self._github)
+            return await _run(pool, operation, self._github)
         except _Unauthorized as refused:
             if not self._refreshable:
                 raise Permanent(f"GitHub refused the credentials: {refused}") from refused.__cause__
         self._github = self._connect()
         try:
-            return await asyncio.to_thread(_translated, operation, self._github)
+            return await _run(pool, operation, self._github)
         except _Unauthorized as refused:
             raise Permanent(f"GitHub refused a fresh token: {refused}") from refused.__cause__
 
     async def _as_installation(
-        self, installations: Installations, operation: Callable[[Github], T], repo: str | None
+        self,
+        installations: Installations,
+        operation: Callable[[Github], T],
+        repo: str | None,
+        pool: ThreadPoolExecutor | None,
     ) -> T:
         if repo is not None:
             installation = await installations.installation_for(repo)
@@ -170,7 +185,7 @@ class GitHubClient:
             token = (await installations.token(installation)).token
             github = self._github_for(installation, token)
             try:
-                return await asyncio.to_thread(_translated, operation, github)
+                return await _run(pool, operation, github)
             except _Unauthorized as refused:
                 installations.forget(installation, token)
                 if fresh:
@@ -202,9 +217,14 @@ class GitHubClient:
         """``login``'s permission on ``repo`` (routing's ``PermissionSource``)."""
         # role_name, not the legacy permission field, which folds triage into read and
         # maintain into write. A custom role answers its own name: ranked as its base.
-        value = await self.call(
-            lambda gh: gh.get_repo(repo).get_collaborator_role_name(login), repo=repo
-        )
+        try:
+            value = await self.call(
+                lambda gh: gh.get_repo(repo).get_collaborator_role_name(login),
+                repo=repo,
+                pool=self._lookups,
+            )
+        except NotFound:
+            return "none"  # GitHub knows no such user here: a definite answer, not a failure
         return str(value) if value else None
 
     # -- issues and comments ------------------------------------------------------------
@@ -282,6 +302,15 @@ class GitHubClient:
             return runs, [StatusInfo(s.context, s.state) for s in combined.statuses]
 
         return await self.call(ci_state, repo=repo)
+
+
+async def _run(
+    pool: ThreadPoolExecutor | None, operation: Callable[[Github], T], github: Github
+) -> T:
+    if pool is None:
+        return await asyncio.to_thread(_translated, operation, github)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(pool, _translated, operation, github)
 
 
 def _github(api_url: str, auth: Auth.Auth, timeout_s: int) -> Github:

@@ -17,6 +17,7 @@ delivery survives a restart: the next ``run`` picks it up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class GitHubIntake:
         unauthorised: Unauthorised = "reply",
         retry_delays_s: tuple[float, ...] = (2.0, 10.0, 30.0, 120.0),
         lookup_timeout_s: float = 30.0,
-        batch: int = 20,
+        max_in_flight: int = 16,  # as many as the client has lookup threads
     ) -> None:
         self.db = db
         self.sink = sink
@@ -100,8 +101,9 @@ class GitHubIntake:
         self.unauthorised = unauthorised
         self.retry_delays_s = retry_delays_s
         self.lookup_timeout_s = lookup_timeout_s
-        self.batch = batch
+        self.max_in_flight = max_in_flight
         self._wake = asyncio.Event()
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
         self.replies = 0
 
     async def hold(self, event: str, delivery_id: str, payload: dict[str, Any]) -> None:
@@ -111,27 +113,57 @@ class GitHubIntake:
         self._wake.set()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                worked = await self.process_due()
-            except Exception:  # the database is away: try again shortly
-                log.exception("github intake: processing held deliveries failed")
-                worked = 0
-            if worked:
+        """Resolve held deliveries as they come due, up to ``max_in_flight`` at once: a
+        lookup GitHub is slow to answer holds only its own delivery."""
+        try:
+            while not stopping.is_set():
+                self._wake.clear()
+                try:
+                    await self._start_due()
+                except Exception:  # the database is away: try again shortly
+                    log.exception("github intake: reading held deliveries failed")
+                waits = [
+                    asyncio.ensure_future(self._wake.wait()),
+                    asyncio.ensure_future(stopping.wait()),
+                ]
+                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                for waiting in waits:
+                    waiting.cancel()
+        finally:
+            # Unfinished ones stay held in the database: the next start resolves them.
+            for running in self._in_flight.values():
+                running.cancel()
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+
+    async def _start_due(self) -> None:
+        room = self.max_in_flight - len(self._in_flight)
+        if room <= 0:
+            return
+        now = self.clock.now()
+        limit = room + len(self._in_flight)
+        held = await self.db.run(lambda s: store.due(s, now, limit))
+        for item in held:
+            if item.delivery_id in self._in_flight or room <= 0:
                 continue
-            self._wake.clear()
-            waits = [
-                asyncio.ensure_future(self._wake.wait()),
-                asyncio.ensure_future(stopping.wait()),
-            ]
-            await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-            for waiting in waits:
-                waiting.cancel()
+            room -= 1
+            running = asyncio.create_task(self._resolve_logged(item))
+            self._in_flight[item.delivery_id] = running
+            running.add_done_callback(functools.partial(self._finished, item.delivery_id))
+
+    def _finished(self, delivery_id: str, _: asyncio.Task[None]) -> None:
+        self._in_flight.pop(delivery_id, None)
+        self._wake.set()
+
+    async def _resolve_logged(self, held: store.HeldDelivery) -> None:
+        try:
+            await self._resolve(held)
+        except Exception:
+            log.exception("github intake: delivery %s", held.delivery_id)
 
     async def process_due(self) -> int:
-        """Resolve every held delivery that is due, concurrently; how many were handled."""
+        """Resolve every held delivery that is due, to the end; how many were handled."""
         now = self.clock.now()
-        held = await self.db.run(lambda s: store.due(s, now, self.batch))
+        held = await self.db.run(lambda s: store.due(s, now, self.max_in_flight))
         await asyncio.gather(*(self._resolve(item) for item in held))
         return len(held)
 

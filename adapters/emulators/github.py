@@ -39,6 +39,7 @@ _APP_ROUTES = frozenset(
         "apps/get-authenticated",
         "apps/get-repo-installation",
         "apps/list-webhook-deliveries",
+        "apps/list-installations",
         "apps/redeliver-webhook-delivery",
     }
 )
@@ -421,6 +422,16 @@ async def redeliver_hook_delivery(request: Request, delivery_id: int) -> Respons
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
+async def list_installations(request: Request) -> Response:
+    state, hosts = _state(request), _hosts(request)
+    known = {state.installation_id: "keel-org", **state.installations}
+    found = [
+        shapes.installation_json(hosts, state.add_user(account), iid, state.app_id, state.app_slug)
+        for iid, account in sorted(known.items())
+    ]
+    return _paged(request, found)
+
+
 async def get_app(request: Request) -> Json:
     state = _state(request)
     owner = state.add_user("keel-org", "Organization")
@@ -491,6 +502,7 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ),
     ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),
     ("GET", "/app", "apps/get-authenticated", get_app),
+    ("GET", "/app/installations", "apps/list-installations", list_installations),
     ("GET", "/app/hook/deliveries", "apps/list-webhook-deliveries", list_hook_deliveries),
     (
         "POST",

@@ -9,8 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import text
 
+from adapters.emulators.github import create_github_app
+from adapters.emulators.github_state import GitHubState
+from adapters.emulators.server import serve
+from adapters.emulators.slack import SlackState, create_slack_app
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
@@ -187,3 +193,50 @@ def test_config_check_exits_non_zero_naming_the_variable_when_the_app_key_is_inv
     assert result.returncode != 0
     assert "GITHUB_APP_PRIVATE_KEY" in result.stderr
     assert "github.app.private_key" in result.stderr
+
+
+def _pem_pair() -> tuple[str, str]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    return private, public
+
+
+def test_config_check_online_exchanges_the_app_key_for_a_token_and_runs_auth_test(
+    tmp_path: Path,
+) -> None:
+    private, public = _pem_pair()
+    wrong, _ = _pem_pair()
+    github = GitHubState(app_public_key=public)
+    slack = SlackState()
+    slack.tokens.add("xoxb-online")
+    with serve(create_github_app(github)) as gh, serve(create_slack_app(slack)) as sl:
+        config = tmp_path / "app.yaml"
+        config.write_text(
+            f"slack:\n  bot_token: xoxb-online\n  signing_secret: s\n  api_url: {sl.url}/api/\n"
+            f"github:\n  webhook_secret: w\n  api_url: {gh.url}\n  app:\n"
+            f"    app_id: {github.app_id}\n    private_key: ${{GITHUB_APP_PRIVATE_KEY}}\n"
+        )
+
+        def check(key: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*KEEL, "config", "check", "--online", str(config)],
+                env={**_env(None), "GITHUB_APP_PRIVATE_KEY": key},
+                cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            )
+
+        good, bad = check(private), check(wrong)
+
+    assert good.returncode == 0, good.stderr
+    assert f"issued a token for installation {github.installation_id}" in good.stdout
+    assert "slack: auth.test ok" in good.stdout
+    assert any(t.installation_id == github.installation_id for t in github.tokens.values())
+    assert bad.returncode == 1
+    assert "github: refused (401)" in bad.stderr and "GITHUB_APP_PRIVATE_KEY" in bad.stderr
+    assert "BEGIN" not in bad.stderr + bad.stdout

@@ -48,7 +48,7 @@ class Installations:
         self.app_id = app_id
         self.default_installation = default_installation
         self.margin_s = margin_s
-        self._now = now
+        self.now = now
         self._integration = GithubIntegration(
             auth=Auth.AppAuth(app_id, private_key),
             base_url=api_url.rstrip("/"),
@@ -94,7 +94,7 @@ class Installations:
         lock = self._locks.setdefault(installation_id, asyncio.Lock())
         async with lock:
             cached = self._tokens.get(installation_id)
-            if cached is not None and cached.expires_at - self.margin_s > self._now():
+            if cached is not None and cached.expires_at - self.margin_s > self.now():
                 return cached
             fresh = await asyncio.to_thread(self._issue, installation_id)
             self._tokens[installation_id] = fresh
@@ -113,7 +113,7 @@ class Installations:
     def _issue(self, installation_id: int) -> InstallationToken:
         authorization = _call(lambda: self._integration.get_access_token(installation_id))
         expires = authorization.expires_at
-        expires_at = expires.timestamp() if expires is not None else self._now() + 3600
+        expires_at = expires.timestamp() if expires is not None else self.now() + 3600
         return InstallationToken(authorization.token, expires_at)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,3 +245,36 @@ async def test_a_repository_outside_the_allow_list_gets_no_checkout(
         task = (await scheduler.schedule(make_spec(repo="evil/repo"))).task
         assert await checkouts.workspace_for(task) is None
     assert not list((tmp_path / "ws").glob("*/*"))
+
+
+async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_one(
+    tmp_path: Path, database: Database
+) -> None:
+    private, public = _app_key()
+    state = GitHubState(app_public_key=public)
+    state.add_git_repo(REPO, tmp_path / "remote")
+    scheduler = Scheduler(database)
+    with serve(create_github_app(state)) as server:
+        client = GitHubClient.as_installation(
+            server.url, state.app_id, private, state.installation_id, timeout_s=5
+        )
+        installations = client.installations
+        assert installations is not None
+        checkouts = Checkouts(
+            Workspaces(tmp_path / "ws", sandbox="none"), {}, scheduler, host=client
+        )
+        task = (await scheduler.schedule(make_spec(repo=REPO))).task
+        ws = await checkouts.workspace_for(task)
+        assert ws is not None
+        (ws / "late.txt").write_text("hours later")
+        ctx = ToolContext(task.task_id, task.task_id, "c-1", workspace=ws)
+        assert isinstance(await GitCommit().start({"message": "late"}, ctx), Completed)
+        # An hour passes: the clone's token has expired on GitHub's side.
+        state.expire_token()
+        installations.now = lambda: time.time() + 3600
+
+        pushed = await GitPush(credentials=checkouts).start({"branch": "keel/late"}, ctx)
+
+    assert isinstance(pushed, Completed) and not pushed.is_error, pushed.output
+    assert installations.tokens_issued >= 2  # the clone's, then fresh ones for the push
+    assert state.repos[REPO].branch_sha("keel/late") is not None

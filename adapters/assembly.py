@@ -286,15 +286,17 @@ class Keel:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, *, workers: bool = True) -> None:
+    async def start(self, *, workers: bool = True, intake: bool = True) -> None:
+        """Run the loops; ``intake`` (``keel serve``, not ``keel worker``) adds the ones that
+        finish what the webhooks received: GitHub's permission lookups and catch-up."""
         self._stopping.clear()
         if self._listener is not None:
             self._listener.start()
         self._tasks.append(asyncio.create_task(self.dispatcher.run(self._stopping)))
         self._tasks.append(asyncio.create_task(self._resume_pending()))
-        if self.github_intake is not None:
+        if intake and self.github_intake is not None:
             self._tasks.append(asyncio.create_task(self.github_intake.run(self._stopping)))
-        if self.github_catchup is not None:
+        if intake and self.github_catchup is not None:
             self._tasks.append(asyncio.create_task(self.github_catchup.run(self._stopping)))
         if workers:
             self._tasks.append(asyncio.create_task(self.worker.run()))

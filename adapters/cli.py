@@ -112,7 +112,7 @@ def worker(config_path: ConfigPath = None) -> None:
         keel = Keel(config)
         await asyncio.to_thread(keel.migrate)
         await keel.connect()
-        await keel.start(workers=True)
+        await keel.start(workers=True, intake=False)  # keel serve finishes its deliveries
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,11 +20,9 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from adapters.github.signals import GitHubIdentity, signal_from_github
 from routing.permissions import PermissionSource, with_permission
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock
@@ -49,28 +47,6 @@ REFUSED = (
     "Sorry {login}, Keel only takes requests from people with at least {needed} permission "
     "on {repo}."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Translation:
-    """How a delivery becomes a Signal (the webhook's settings)."""
-
-    identity: GitHubIdentity
-    trigger: str
-    trigger_label: str | None = None
-
-    def __call__(
-        self, event: str, delivery_id: str, payload: dict[str, Any], received_at: datetime
-    ) -> Signal | Ignored:
-        return signal_from_github(
-            event,
-            delivery_id,
-            payload,
-            self.identity,
-            received_at=received_at,
-            trigger=self.trigger,
-            trigger_label=self.trigger_label,
-        )
 
 
 class GitHubIntake:
@@ -104,6 +80,7 @@ class GitHubIntake:
         self.max_in_flight = max_in_flight
         self._wake = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._reply_locks: dict[str, asyncio.Lock] = {}
         self.replies = 0
 
     async def hold(self, event: str, delivery_id: str, payload: dict[str, Any]) -> None:
@@ -230,15 +207,18 @@ class GitHubIntake:
             text = REFUSED.format(login=login, repo=repo, needed=self.min_permission)
         else:
             return
-        try:
-            if await self.surface.find_post(thread.root, key=key) is not None:
+        # Two requests of one person in one thread resolve at once: one reply between them.
+        lock = self._reply_locks.setdefault(f"{thread.root}:{key}", asyncio.Lock())
+        async with lock:
+            try:
+                if await self.surface.find_post(thread.root, key=key) is not None:
+                    return
+                await self.surface.post(thread.root, text, key=key)
+            except Retryable:
+                raise
+            except KeelError as e:
+                log.warning("could not answer %s on %s: %s", login, thread, e)
                 return
-            await self.surface.post(thread.root, text, key=key)
-        except Retryable:
-            raise
-        except KeelError as e:
-            log.warning("could not answer %s on %s: %s", login, thread, e)
-            return
         self.replies += 1
 
 

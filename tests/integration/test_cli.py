@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import text
 
 from adapters.emulators.github import create_github_app
@@ -20,7 +18,7 @@ from adapters.emulators.slack import SlackState, create_slack_app
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
-from tests.factories import make_spec
+from tests.factories import app_key_pair, make_spec
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
 
@@ -195,24 +193,11 @@ def test_config_check_exits_non_zero_naming_the_variable_when_the_app_key_is_inv
     assert "github.app.private_key" in result.stderr
 
 
-def _pem_pair() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
-    return private, public
-
-
 def test_config_check_online_exchanges_the_app_key_for_a_token_and_runs_auth_test(
     tmp_path: Path,
 ) -> None:
-    private, public = _pem_pair()
-    wrong, _ = _pem_pair()
+    private, public = app_key_pair()
+    wrong, _ = app_key_pair()
     github = GitHubState(app_public_key=public)
     slack = SlackState()
     slack.tokens.add("xoxb-online")

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.checkouts import Checkouts
 from adapters.emulators.github import create_github_app
@@ -28,7 +26,7 @@ from runtime.store.engine import Database
 from runtime.tools.base import Completed, ToolContext
 from runtime.tools.devbox import GitCommit, GitPush
 from runtime.workspace import Workspaces, WorkspaceSpec
-from tests.factories import make_spec
+from tests.factories import app_key_pair, make_spec
 
 REPO = "acme/widgets"
 
@@ -181,23 +179,10 @@ async def test_clone_fails_when_the_remote_requires_a_token_and_none_is_given(
 # -- many installations ---------------------------------------------------------------------
 
 
-def _app_key() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
-    return private, public
-
-
 async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_two_are_installed(
     tmp_path: Path, database: Database
 ) -> None:
-    private, public = _app_key()
+    private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_installation(501, "acme")
     state.add_installation(502, "globex")
@@ -232,7 +217,7 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
 async def test_a_repository_outside_the_allow_list_gets_no_checkout(
     tmp_path: Path, database: Database
 ) -> None:
-    private, public = _app_key()
+    private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_git_repo("evil/repo", tmp_path / "remote")
     scheduler = Scheduler(database)
@@ -250,7 +235,7 @@ async def test_a_repository_outside_the_allow_list_gets_no_checkout(
 async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_one(
     tmp_path: Path, database: Database
 ) -> None:
-    private, public = _app_key()
+    private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_git_repo(REPO, tmp_path / "remote")
     scheduler = Scheduler(database)

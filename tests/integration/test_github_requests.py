@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import select
 
 from adapters.assembly import Keel
@@ -20,6 +18,7 @@ from adapters.emulators.corpus import load_github_example
 from adapters.emulators.github_state import GitHubState
 from runtime.store.engine import Database
 from runtime.store.models import SignalRow
+from tests.factories import app_key_pair
 from tests.integration.keel_live import GH_REPO, GH_USER, WEBHOOK_SECRET, Live, live_keel
 
 BOT = "keel-bot"  # live_keel's bot login (token auth)
@@ -268,18 +267,7 @@ async def test_assigned_labelled_and_review_triggers_start_one_task_each_even_wh
 
 @pytest.fixture(scope="module")
 def app_key() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    return app_key_pair()
 
 
 def _app_auth(private_key: str) -> dict[str, object]:

@@ -30,7 +30,7 @@ from adapters.web.app import create_app
 from runtime.store import runs
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
+from runtime.store.models import GitHubInboxRow, MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
 
 CHANNEL = "C0KEELGEN1"
@@ -158,6 +158,13 @@ class Live:
         signed = sign_github(event, payload, WEBHOOK_SECRET, delivery_id=delivery_id)
         return await deliver(self.url + "/github/webhook", signed, times=times, concurrently=True)
 
+    async def drained(self, timeout_s: float = 30.0) -> None:
+        """Until no GitHub delivery is held for its permission lookup: all are routed."""
+        deadline = time.monotonic() + timeout_s
+        while (await self.counts())["held"]:
+            assert time.monotonic() < deadline, "held GitHub deliveries were not routed"
+            await asyncio.sleep(0.05)
+
     async def counts(self) -> dict[str, int]:
         db = Database.from_url(self.db_url)
 
@@ -169,6 +176,7 @@ class Live:
                 "signals": count(SignalRow),
                 "tasks": count(TaskRow),
                 "mailbox": count(MailboxMessageRow),
+                "held": count(GitHubInboxRow),
             }
 
         try:

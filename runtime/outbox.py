@@ -129,22 +129,11 @@ class OutboxDispatcher:
 
     async def _landed(self, post: OutboxPost, where: Landed) -> None:
         now = self.clock.now()
-
-        def work(session: object) -> None:
-            from runtime.store.models import OutboxRow
-
-            row = session.get(OutboxRow, post.outbox_id)  # type: ignore[attr-defined]
-            if row is None:
-                return
-            # A newer body may have arrived while we were sending: keep it stale.
-            sent = [a.to_json() for a in post.actions] or None
-            newer = row.body != post.body or (row.actions or None) != sent
-            row.state = "stale" if newer else "landed"
-            row.landed_on = str(where)
-            row.landed_at = now
-            row.last_error = None
-
-        await self.db.run(work)
+        await self.db.run(
+            lambda s: outbox.landed(
+                s, post.outbox_id, body=post.body, actions=post.actions, where=str(where), now=now
+            )
+        )
 
     async def _retry(self, post: OutboxPost, error: Retryable) -> None:
         if post.attempts + 1 >= self.max_attempts:

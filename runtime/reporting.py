@@ -15,10 +15,10 @@ from typing import Any
 from runtime.clock import Clock
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reply import Reply, to_markdown
-from runtime.store import outbox, runs
+from runtime.store import ledger, outbox, tool_calls
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
-from runtime.store.runs import ToolCallRecord
+from runtime.store.tool_calls import ToolCallRecord
 from runtime.surfaces import Action
 from runtime.threads import ThreadRef
 
@@ -120,10 +120,10 @@ class ThreadReporter:
     def on_finished(self, session: Transaction, task: Task, result: TaskResult) -> None:
         if task.origin_thread_ref is None or task.parent_id:
             return
-        evidence = [r.item for r in runs.evidence_of_tree(session, task.root_id)]
+        evidence = [r.item for r in ledger.evidence_of_tree(session, task.root_id)]
         if is_daemon(task) and not evidence and result.status is TaskStatus.succeeded:
             return  # a daemon's no-op stays silent
-        calls = runs.all_calls(session, task.task_id)
+        calls = tool_calls.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
         body = completion_text(
             result,

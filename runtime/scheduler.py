@@ -15,6 +15,7 @@ from typing import Any
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
 from runtime.notifier import Notifier
+from runtime.store import executions
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.models import TaskRow
@@ -30,6 +31,7 @@ from runtime.store.records import (
 
 # Cancel deliveries sort ahead of anything queued.
 _PRIORITY = timedelta(days=3650)
+_OVERDUE = TaskResult(TaskStatus.timed_out, "the task passed its deadline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +142,15 @@ class Scheduler:
         task_id = q.consume_delivery(session, token, worker, now)
         if task_id is None:
             return NoMatch("no matching pending delivery")
-        execution = q.lock_execution(session, task_id)
+        execution = executions.lock_execution(session, task_id)
         task = q.lock_task(session, task_id)
         if execution is None or task is None:
             return NoMatch("task missing")
         if execution.phase == "done":
             return NoMatch("execution already done")
-        if q.lease_is_live(execution, now):
+        if executions.lease_is_live(execution, now):
             return NoMatch("another worker holds the lease")
-        lease = q.grant_lease(execution, worker, now, self.lease_seconds)
+        lease = executions.grant_lease(execution, worker, now, self.lease_seconds)
         q.set_status(session, task, TaskStatus.running, now)
         return Claimed(q.to_task(task), lease)
 
@@ -180,11 +182,11 @@ class Scheduler:
 
     def _renew(self, session: Transaction, lease: Lease) -> Lease | None:
         now = self.clock.now()
-        execution = q.lock_execution(session, lease.task_id)
+        execution = executions.lock_execution(session, lease.task_id)
         if execution is None or execution.lease_id != lease.lease_id:
             return None
-        execution.lease_expires_at = now + timedelta(seconds=self.lease_seconds)
-        return Lease(lease.task_id, lease.lease_id, lease.owner, execution.lease_expires_at)
+        expires = executions.renew_lease(execution, now, self.lease_seconds)
+        return Lease(lease.task_id, lease.lease_id, lease.owner, expires)
 
     async def release(self, lease: Lease, *, next_tick_at: datetime | None) -> bool:
         """Give the lease back, optionally scheduling the next tick. False if already lost."""
@@ -192,10 +194,10 @@ class Scheduler:
 
     def release_in(self, session: Transaction, lease: Lease, next_tick_at: datetime | None) -> bool:
         now = self.clock.now()
-        execution = q.lock_execution(session, lease.task_id)
+        execution = executions.lock_execution(session, lease.task_id)
         if execution is None or execution.lease_id != lease.lease_id:
             return False
-        q.clear_lease(execution)
+        executions.clear_lease(execution)
         if next_tick_at is not None:
             q.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
             self._notify_in(session)
@@ -210,15 +212,13 @@ class Scheduler:
 
     def _sweep(self, session: Transaction, limit: int) -> SweepReport:
         now = self.clock.now()
-        expired = q.expired_leases(session, now, limit)
-        for execution in expired:
-            q.clear_lease(execution)
-            execution.version += 1
-            q.add_delivery(session, execution.task_id, "recovery", now, now)
+        expired = executions.take_back_expired(session, now, limit)
+        for task_id in expired:
+            q.add_delivery(session, task_id, "recovery", now, now)
         overdue = q.overdue_tasks(session, now, limit)
         for task in overdue:
             q.set_status(session, task, TaskStatus.timed_out, now)
-            task.result = {"status": "timed_out", "summary": "the task passed its deadline"}
+            q.set_result(task, _OVERDUE)
             self._wake_for_stop(session, task, now)
         if expired or overdue:
             self._notify_in(session)
@@ -276,7 +276,7 @@ class Scheduler:
         """Park a running task; refused (False) if input arrived it has not read yet."""
         now = self.clock.now()
         task = q.lock_task(session, task_id)
-        execution = q.lock_execution(session, task_id)
+        execution = executions.lock_execution(session, task_id)
         if task is None or execution is None or TaskStatus(task.status).is_terminal:
             return False
         if task.mailbox_seq > execution.mailbox_position or task.cancel_requested_at:
@@ -285,9 +285,9 @@ class Scheduler:
         return True
 
     def _wake_waiting(self, session: Transaction, task: TaskRow, now: datetime) -> None:
-        execution = q.lock_execution(session, task.task_id)
+        execution = executions.lock_execution(session, task.task_id)
         q.set_status(session, task, TaskStatus.queued, now)
-        if execution is not None and not q.lease_is_live(execution, now):
+        if execution is not None and not executions.lease_is_live(execution, now):
             q.add_delivery(session, task.task_id, "wake", now, now)
             self._notify_in(session)
 
@@ -303,10 +303,7 @@ class Scheduler:
         now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
         if task is None or TaskStatus(task.status).is_terminal:
             return False
-        if task.cancel_requested_at is None:
-            task.cancel_requested_at = now
-            task.cancel_reason = reason
-            task.cancel_requested_by = by
+        q.record_cancel(task, now, reason, by)
         self._wake_for_stop(session, task, now)
         for child in q.active_descendants(session, task):
             self._wake_for_stop(session, child, now)
@@ -315,8 +312,10 @@ class Scheduler:
 
     def _wake_for_stop(self, session: Transaction, task: TaskRow, now: datetime) -> None:
         """Give an idle task a tick, ahead of the queue, so it observes the stop promptly."""
-        execution = q.lock_execution(session, task.task_id)
-        if execution is None or execution.phase == "done" or q.lease_is_live(execution, now):
+        execution = executions.lock_execution(session, task.task_id)
+        if execution is None or execution.phase == "done":
+            return
+        if executions.lease_is_live(execution, now):
             return
         q.add_delivery(session, task.task_id, "stop", now - _PRIORITY, now)
 
@@ -345,7 +344,7 @@ class Scheduler:
         if TaskStatus(task.status).is_terminal:
             return AlreadyTerminal(TaskStatus(task.status))
         q.set_status(session, task, result.status, now)
-        task.result = {"status": result.status.value, "summary": result.summary, **result.detail}
+        q.set_result(task, result)
         if task.parent_id:
             parent = q.lock_task(session, task.parent_id)
             if parent is not None and parent.status == TaskStatus.waiting:

@@ -50,9 +50,9 @@ class Stack:
             await running
 
     async def _done(self, task_id: str) -> bool:
-        from runtime.store import runs
+        from runtime.store import executions
 
-        run = await self.db.run(lambda s: runs.load_run(s, task_id))
+        run = await self.db.run(lambda s: executions.load_run(s, task_id))
         return run is not None and run.phase == "done"
 
 

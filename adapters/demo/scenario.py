@@ -31,7 +31,7 @@ from adapters.emulators.slack import SlackMessage, SlackState, create_slack_app
 from adapters.emulators.slack_socket import SocketHub
 from adapters.emulators.webhooks import deliver, sign_slack
 from adapters.web.app import create_app
-from runtime.store import runs
+from runtime.store import executions, tool_calls
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.outbox import posts_of_task
@@ -174,8 +174,8 @@ class _Watcher:
         return row.task_id if row else None
 
     async def report(self, task_id: str) -> tuple[Any, Any]:
-        run = await self.db.read(lambda s: runs.load_run(s, task_id))
-        calls = await self.db.read(lambda s: runs.all_calls(s, task_id))
+        run = await self.db.read(lambda s: executions.load_run(s, task_id))
+        calls = await self.db.read(lambda s: tool_calls.all_calls(s, task_id))
         if run is not None and run.phase != self.seen_phase:
             self.seen_phase = run.phase
             self.echo(f"  · phase {run.phase} (turn {run.turn})")

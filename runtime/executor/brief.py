@@ -23,7 +23,7 @@ from runtime.errors import KeelError
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext
 from runtime.models.base import ImagePart
-from runtime.store import runs, signals
+from runtime.store import signals, transcripts
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task
 
@@ -38,7 +38,7 @@ _ORDER = {label: index for index, label in enumerate(_LABELS)}
 _CREATION_KEY = "signal:"
 
 
-async def brief_item(task: Task, ctx: ExecutorContext) -> runs.NewItem | None:
+async def brief_item(task: Task, ctx: ExecutorContext) -> transcripts.NewItem | None:
     """The brief's transcript item, or None when it is stored already."""
     key = tx.brief_key(task.task_id)
     if await ctx.db.read(lambda s: _stored(s, task.task_id, key)):
@@ -57,7 +57,7 @@ async def brief_item(task: Task, ctx: ExecutorContext) -> runs.NewItem | None:
         payload["images"] = [
             {"media_type": i.media_type, "data": i.data, "name": i.name} for i in shown.values()
         ]
-    return runs.NewItem(key, "user", KIND, payload)
+    return transcripts.NewItem(key, "user", KIND, payload)
 
 
 async def _files(
@@ -146,7 +146,7 @@ def origin_of(session: Transaction, task: Task) -> Origin:
 
 
 def _stored(session: Transaction, task_id: str, key: str) -> bool:
-    return any(entry.item_key == key for entry in runs.transcript(session, task_id))
+    return any(entry.item_key == key for entry in transcripts.transcript(session, task_id))
 
 
 async def _workspace(task: Task, ctx: ExecutorContext) -> Path | None:

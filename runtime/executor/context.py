@@ -7,32 +7,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Generic, Literal, Protocol, TypeVar
 
 from runtime.brief.port import Briefing
 from runtime.clock import Clock
 from runtime.config import AgentConfig
+from runtime.execution import Phase, RunState
 from runtime.executor.faults import FaultPlan
 from runtime.models.base import ModelProvider
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, Transaction
 from runtime.store.records import Task, TaskResult
 from runtime.tools.base import Tool
-
-Phase = Literal[
-    "load_context",
-    "check_scheduler",
-    "call_model",
-    "dispatch_tools",
-    "await_tools",
-    "advance_turn",
-    "report_terminal",
-    "report_failure",
-    "report_stopped",
-    "waiting",
-    "await_input",
-    "done",
-]
 
 # continue: keep the lease and tick again now; delay: release and tick at ``delay_s``;
 # wait: park the task until input or a child arrives (and, with ``wake_at``, tick then
@@ -42,10 +28,16 @@ After = Literal["continue", "delay", "wait", "done"]
 Write = Callable[[Transaction], None]
 
 
+# The phase a transition goes to. A phase function's return type names the phases it may
+# go to (``Transition[Literal["call_model", "report_stopped"]]``), so mypy holds each phase
+# to its successors in ``runtime.execution.SUCCESSORS``.
+To = TypeVar("To", bound=Phase, covariant=True)
+
+
 @dataclass(frozen=True, slots=True)
-class Transition:
-    phase: Phase
-    state: dict[str, Any]
+class Transition(Generic[To]):
+    phase: To
+    state: RunState
     turn: int
     mailbox_position: int
     writes: tuple[Write, ...] = ()

@@ -16,16 +16,17 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.phases import goto, limit_reached, turns_used
-from runtime.store import runs
+from runtime.store import ledger, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Task, TaskStatus
-from runtime.store.runs import Run, ToolCallRecord
+from runtime.store.tool_calls import ToolCallRecord
 from runtime.tools.base import (
     Cancellable,
     Completed,
@@ -42,7 +43,9 @@ log = logging.getLogger(__name__)
 CHILD_WAIT_TOOL = "wait_for_task"
 
 
-async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def dispatch_tools(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["dispatch_tools", "await_tools"]]:
     calls = await _calls_of_turn(run, ctx)
     pending = [c for c in calls if c.dispatch_state == "pending"]
     if run.stop_requested:
@@ -62,8 +65,9 @@ async def dispatch_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
     for call in batch:
         ctx.faults.hit(f"dispatching:{call.call_id}")
     await asyncio.gather(*(_start(task, ctx, call, deadline) for call in batch))
-    next_phase = "dispatch_tools" if len(pending) > len(batch) else "await_tools"
-    return goto(run, next_phase)
+    if len(pending) > len(batch):
+        return goto(run, "dispatch_tools")
+    return goto(run, "await_tools")
 
 
 def _mark_unless_stopped(
@@ -80,11 +84,13 @@ def _mark_unless_stopped(
         return None
     now = ctx.clock.now()
     deadline = now + timedelta(seconds=ctx.agent(task.agent).limits.tool_deadline_s)
-    runs.mark_dispatching(session, task.task_id, ids, dict.fromkeys(ids, deadline), now)
+    tool_calls.mark_dispatching(session, task.task_id, ids, dict.fromkeys(ids, deadline), now)
     return deadline
 
 
-async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def await_tools(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_tools", "advance_turn"]]:
     calls = await _calls_of_turn(run, ctx)
     open_calls = [c for c in calls if c.dispatch_state != "settled"]
     if run.stop_requested and open_calls:
@@ -98,7 +104,7 @@ async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
         elif call.dispatch_state == "dispatching":
             await _recover(task, ctx, [call])
     if open_calls:  # some may have settled just now
-        calls = await ctx.db.read(lambda s: runs.calls_of_turn(s, task.task_id, run.turn))
+        calls = await ctx.db.read(lambda s: tool_calls.calls_of_turn(s, task.task_id, run.turn))
         open_calls = [c for c in calls if c.dispatch_state != "settled"]
     if not open_calls:
         return goto(run, "advance_turn")
@@ -108,12 +114,14 @@ async def await_tools(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     return goto(run, "await_tools", after="delay", delay_s=ctx.poll_interval_s)
 
 
-async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def advance_turn(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["check_scheduler", "report_stopped", "report_failure"]]:
     calls = await _calls_of_turn(run, ctx)
     now = ctx.clock.now()
 
     items = [
-        runs.NewItem(
+        transcripts.NewItem(
             tx.result_key(call.call_id),
             "tool",
             "tool_result",
@@ -129,7 +137,7 @@ async def advance_turn(run: Run, task: Task, ctx: ExecutorContext) -> Transition
     ]
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, items, now)
+        transcripts.add_transcript_items(session, task.task_id, items, now)
 
     if run.stop_requested:
         return goto(run, "report_stopped", writes=(write,))
@@ -144,7 +152,7 @@ async def _calls_of_turn(run: Run, ctx: ExecutorContext) -> Sequence[ToolCallRec
     """The turn's calls as the tick loaded them, or read now."""
     if run.calls is not None:
         return run.calls
-    return await ctx.db.read(lambda s: runs.calls_of_turn(s, run.task_id, run.turn))
+    return await ctx.db.read(lambda s: tool_calls.calls_of_turn(s, run.task_id, run.turn))
 
 
 def _children_running(child_ids: list[str]) -> Any:
@@ -215,7 +223,9 @@ async def _record_outcome(
             ctx.faults.hit(f"started:{call.call_id}")
             await _settle_completed(task, ctx, call, outcome)
         case Started(handle=handle):
-            await ctx.db.run(lambda s: runs.record_handle(s, task.task_id, call.call_id, handle))
+            await ctx.db.run(
+                lambda s: tool_calls.record_handle(s, task.task_id, call.call_id, handle)
+            )
             ctx.faults.hit(f"started:{call.call_id}")
         case Pending():
             pass
@@ -350,12 +360,12 @@ async def _settle(
     now = ctx.clock.now()
 
     def write(session: Transaction) -> None:
-        won = runs.settle(
+        won = tool_calls.settle(
             session, task.task_id, call.call_id, outcome=outcome, result=result, now=now
         )
         if won and completed is not None:
             for item in completed.evidence:
-                runs.add_evidence(session, task.task_id, task.root_id, call.call_id, item, now)
+                ledger.add_evidence(session, task.task_id, task.root_id, call.call_id, item, now)
 
     await ctx.settler.submit(write)
     ctx.faults.hit(f"settled:{call.call_id}")

@@ -12,40 +12,69 @@ for the turns and hours of all the events before this one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from runtime.errors import Permanent, Retryable, StaleWrite
+from runtime.execution import Activation, Failure, Limit, Phase, RunState
 from runtime.executor import brief
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition
+from runtime.executor.context import After, ExecutorContext, Transition, Write
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
-from runtime.store import runs
 from runtime.store import tasks as q
+from runtime.store import tool_calls, transcripts
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult, TaskStatus
-from runtime.store.runs import Run
+from runtime.tools.arguments import refusal
 
 MAX_MODEL_RETRIES = 8
 
-
-def goto(run: Run, phase: Any, **changes: Any) -> Transition:
-    values: dict[str, Any] = {
-        "state": run.state,
-        "turn": run.turn,
-        "mailbox_position": run.mailbox_position,
-    }
-    values.update(changes)
-    return Transition(phase=phase, **values)
+To = TypeVar("To", bound=Phase)
 
 
-def limit_reached(run: Run, name: str, value: object) -> Transition:
-    state = {**run.state, "limit": {"name": name, "value": value}}
-    return goto(run, "report_failure", state=state)
+def goto(
+    run: Run,
+    phase: To,
+    *,
+    state: RunState | None = None,
+    turn: int | None = None,
+    mailbox_position: int | None = None,
+    writes: tuple[Write, ...] = (),
+    after: After = "continue",
+    delay_s: float = 0.0,
+    wait_guard: Callable[[Transaction], bool] | None = None,
+    wake_at: datetime | None = None,
+) -> Transition[To]:
+    """The run moves to ``phase``; what is not given stays as the run has it."""
+    return Transition(
+        phase=phase,
+        state=run.state if state is None else state,
+        turn=run.turn if turn is None else turn,
+        mailbox_position=run.mailbox_position if mailbox_position is None else mailbox_position,
+        writes=writes,
+        after=after,
+        delay_s=delay_s,
+        wait_guard=wait_guard,
+        wake_at=wake_at,
+    )
 
 
-async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+def limit_reached(
+    run: Run, name: str, value: int | float
+) -> Transition[Literal["report_failure"]]:
+    return goto(run, "report_failure", state=replace(run.state, limit=Limit(name, value)))
+
+
+def failed(run: Run, failure: Failure) -> Transition[Literal["report_failure"]]:
+    return goto(run, "report_failure", state=replace(run.state, error=failure))
+
+
+async def load_context(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["check_scheduler"]]:
     agent = ctx.agent(task.agent)
     sections = [agent.instructions]
     for source in ctx.context_sources:
@@ -55,14 +84,16 @@ async def load_context(run: Run, task: Task, ctx: ExecutorContext) -> Transition
 
     def write(session: Transaction) -> None:
         if item is not None:
-            runs.add_transcript_items(session, task.task_id, [item], now)
+            transcripts.add_transcript_items(session, task.task_id, [item], now)
         ctx.reporter.on_phase(session, task, "load_context", "reading the request")
 
-    state = {**run.state, "system": "\n\n".join(s for s in sections if s)}
+    state = replace(run.state, system="\n\n".join(s for s in sections if s))
     return goto(run, "check_scheduler", state=state, writes=(write,))
 
 
-async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def check_scheduler(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["call_model", "report_stopped", "report_failure"]]:
     if run.stop_requested:
         return goto(run, "report_stopped")
     limits = ctx.agent(task.agent).limits
@@ -78,7 +109,7 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     now = ctx.clock.now()
 
     items = [
-        runs.NewItem(
+        transcripts.NewItem(
             tx.mailbox_key(message.message_id),
             "user",
             "mailbox",
@@ -93,19 +124,23 @@ async def check_scheduler(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     ]
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, items, now)
+        transcripts.add_transcript_items(session, task.task_id, items, now)
 
     return goto(run, "call_model", mailbox_position=messages[-1].seq, writes=(write,))
 
 
-async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def call_model(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[
+    Literal["dispatch_tools", "report_terminal", "check_scheduler", "report_failure"]
+]:
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(agent)
     entries = await transcript_of(run, ctx)
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,
-        system=str(run.state.get("system", "")),
+        system=run.state.system or "",
         items=tx.to_conversation(entries),
         tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values()),
     )
@@ -114,11 +149,10 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
     except Retryable as e:
         return _retry_model(run, e)
     except Permanent as e:
-        state = {**run.state, "error": {"phase": "call_model", "message": str(e)}}
-        return goto(run, "report_failure", state=state)
+        return failed(run, Failure("call_model", str(e)))
     calls = response.tool_calls
     if calls:
-        before = int(_activation(run).get("tool_calls_before", 0))
+        before = run.state.activation.tool_calls_before if run.state.activation else 0
         used = sum(1 for e in entries if e.kind == "tool_call") - before
         if used + len(calls) > agent.limits.max_tool_calls:
             return limit_reached(run, "max_tool_calls", agent.limits.max_tool_calls)
@@ -132,51 +166,61 @@ async def call_model(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
             if isinstance(item, ToolCallItem)
             else tx.model_key(run.turn, index)
         )
-        items.append(runs.NewItem(key, role, kind, payload))
+        items.append(transcripts.NewItem(key, role, kind, payload))
     new_calls = [
-        runs.NewCall(
+        tool_calls.NewCall(
             call.call_id,
             run.turn,
             index,
             call.name,
             call.arguments,
             tool.effect if (tool := tools.get(call.name)) else "read",
+            refusal(
+                call.name,
+                call.arguments,
+                call.arguments_error,
+                tool.parameters if tool is not None else None,
+            ),
         )
         for index, call in enumerate(calls)
     ]
 
     def write(session: Transaction) -> None:
-        runs.add_transcript_items(session, task.task_id, items, now)
-        runs.add_tool_calls(session, task.task_id, new_calls)
+        transcripts.add_transcript_items(session, task.task_id, items, now)
+        tool_calls.add_tool_calls(session, task.task_id, new_calls, now)
         if calls:
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
 
-    state = {k: v for k, v in run.state.items() if k != "model_retries"}
-    next_phase = "dispatch_tools" if calls else "report_terminal"
-    return goto(run, next_phase, state=state, writes=(write,))
+    state = replace(run.state, model_retries=0)
+    if calls:
+        return goto(run, "dispatch_tools", state=state, writes=(write,))
+    return goto(run, "report_terminal", state=state, writes=(write,))
 
 
-async def transcript_of(run: Run, ctx: ExecutorContext) -> Sequence[runs.TranscriptEntry]:
+async def transcript_of(run: Run, ctx: ExecutorContext) -> Sequence[transcripts.TranscriptEntry]:
     """The transcript as the tick loaded it, or read now."""
     if run.transcript is not None:
         return run.transcript
-    return await ctx.db.read(lambda s: runs.transcript(s, run.task_id))
+    return await ctx.db.read(lambda s: transcripts.transcript(s, run.task_id))
 
 
-def _retry_model(run: Run, error: Retryable) -> Transition:
-    retries = int(run.state.get("model_retries", 0)) + 1
+def _retry_model(
+    run: Run, error: Retryable
+) -> Transition[Literal["check_scheduler", "report_failure"]]:
+    retries = run.state.model_retries + 1
     if retries > MAX_MODEL_RETRIES:
         message = f"model provider kept failing after {MAX_MODEL_RETRIES} retries: {error}"
-        state = {**run.state, "error": {"phase": "call_model", "message": message}}
-        return goto(run, "report_failure", state=state)
+        return failed(run, Failure("call_model", message))
     delay = error.retry_after_s if error.retry_after_s is not None else min(30.0, 0.2 * 2**retries)
-    state = {**run.state, "model_retries": retries}
+    state = replace(run.state, model_retries=retries)
     # Back through the scheduler check, so input that arrives meanwhile is seen on the retry.
     return goto(run, "check_scheduler", state=state, after="delay", delay_s=delay)
 
 
-async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def report_terminal(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["check_scheduler", "await_input", "done"]]:
     if task.mailbox_seq > run.mailbox_position:
         # Input arrived after the last check: the answer did not see it, so ask again.
         return goto(run, "check_scheduler", turn=run.turn + 1)
@@ -184,7 +228,7 @@ async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     lifetime = ctx.idle_lifetime_s(task.agent)
     if lifetime is not None:
         return _park(run, ctx, tx.final_text(entries, run.turn), lifetime)
-    calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
+    calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
     interrupted = [
         {"call_id": c.call_id, "name": c.name} for c in calls if c.outcome == "interrupted"
     ]
@@ -193,26 +237,32 @@ async def report_terminal(run: Run, task: Task, ctx: ExecutorContext) -> Transit
     return _finish(run, task, ctx, result, unread_guard=True)
 
 
-async def report_failure(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
-    limit = run.state.get("limit")
-    if limit:
-        summary = f"stopped at a limit: {limit['name']} ({limit['value']})"
-        detail: dict[str, Any] = {"outcome": f"limit:{limit['name']}"}
+async def report_failure(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["done"]]:
+    limit, error = run.state.limit, run.state.error
+    if limit is not None:
+        summary = f"stopped at a limit: {limit.name} ({limit.value})"
+        detail: dict[str, Any] = {"outcome": f"limit:{limit.name}"}
+    elif error is not None:
+        summary = f"failed in {error.phase}: {error.message}"
+        detail = {"outcome": "error", "error": error.to_json()}
     else:
-        error = run.state.get("error", {})
-        summary = f"failed in {error.get('phase', 'unknown phase')}: {error.get('message', '')}"
-        detail = {"outcome": "error", "error": error}
+        summary = "failed in unknown phase: "
+        detail = {"outcome": "error", "error": {}}
     return _finish(run, task, ctx, TaskResult(TaskStatus.failed, summary, detail))
 
 
-async def report_stopped(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def report_stopped(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["done"]]:
     current = await ctx.scheduler.get(task.task_id)
     if current is not None and current.status is TaskStatus.timed_out:
         result = TaskResult(
             TaskStatus.timed_out, "the task passed its deadline", {"outcome": "timed_out"}
         )
     else:
-        calls = await ctx.db.read(lambda s: runs.all_calls(s, task.task_id))
+        calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
         # Calls a stop cut short, as opposed to calls it kept from starting.
         ended = [c for c in calls if c.outcome == "canceled" and c.dispatched_at is not None]
         summary = "stopped on request"
@@ -229,66 +279,59 @@ async def report_stopped(run: Run, task: Task, ctx: ExecutorContext) -> Transiti
 # -- resident agents ------------------------------------------------------------------------
 
 
-def _activation(run: Run) -> dict[str, Any]:
-    """Where the current activation of a resident task began; empty before its first wake."""
-    value = run.state.get("activation")
-    return value if isinstance(value, dict) else {}
-
-
 def turns_used(run: Run) -> int:
     """Turns of the current activation: a resident task's turn count runs on across events."""
-    return run.turn - int(_activation(run).get("turn", 0))
+    activation = run.state.activation
+    return run.turn - (activation.turn if activation else 0)
 
 
 def activation_since(run: Run, task: Task) -> datetime:
-    since = _activation(run).get("since")
-    return datetime.fromisoformat(since) if isinstance(since, str) else task.created_at
+    activation = run.state.activation
+    return activation.since if activation else task.created_at
 
 
-def _park(run: Run, ctx: ExecutorContext, answer: str, lifetime: float) -> Transition:
+def _park(
+    run: Run, ctx: ExecutorContext, answer: str, lifetime: float
+) -> Transition[Literal["await_input"]]:
     """Wait for the next event; the tick at ``idle_until`` ends the task if none came."""
     idle_until = ctx.clock.now() + timedelta(seconds=lifetime)
-    state = {
-        **run.state,
-        "idle_until": idle_until.isoformat(),
-        "idle_lifetime_s": lifetime,
-        "last_answer": answer,
-    }
+    state = replace(
+        run.state, idle_until=idle_until, idle_lifetime_s=lifetime, last_answer=answer
+    )
     return goto(run, "await_input", state=state, after="wait", wake_at=idle_until)
 
 
-async def await_input(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def await_input(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_input", "check_scheduler", "report_stopped", "done"]]:
     """Ticked by a new mailbox item, a stop, the idle timer, or a stale wake-up."""
     if run.stop_requested:
         return goto(run, "report_stopped")
     now = ctx.clock.now()
     if task.mailbox_seq > run.mailbox_position:
         return await _next_activation(run, ctx, now)
-    idle_until = run.state.get("idle_until")
-    if isinstance(idle_until, str) and now < datetime.fromisoformat(idle_until):
+    idle_until = run.state.idle_until
+    if idle_until is not None and now < idle_until:
         # Woken early (an older timer, a recovery): park again. Each park sets this timer
         # again; a duplicate at the same moment finds the run done and is dropped.
-        wake_at = datetime.fromisoformat(idle_until)
-        return goto(run, "await_input", after="wait", wake_at=wake_at)
+        return goto(run, "await_input", after="wait", wake_at=idle_until)
     return _finish(run, task, ctx, _idle_result(run), unread_guard=True)
 
 
-async def _next_activation(run: Run, ctx: ExecutorContext, now: datetime) -> Transition:
+async def _next_activation(
+    run: Run, ctx: ExecutorContext, now: datetime
+) -> Transition[Literal["check_scheduler"]]:
     entries = await transcript_of(run, ctx)
-    activation = {
-        "turn": run.turn + 1,
-        "since": now.isoformat(),
-        "tool_calls_before": sum(1 for e in entries if e.kind == "tool_call"),
-    }
-    state = {k: v for k, v in run.state.items() if k != "idle_until"}
-    state["activation"] = activation
+    calls_before = sum(1 for e in entries if e.kind == "tool_call")
+    activation = Activation(run.turn + 1, now, calls_before)
+    state = replace(run.state, idle_until=None, activation=activation)
     return goto(run, "check_scheduler", turn=run.turn + 1, state=state)
 
 
 def _idle_result(run: Run) -> TaskResult:
     events = run.mailbox_position + 1  # the task's own message, then each mailbox item
-    lifetime = float(run.state.get("idle_lifetime_s", 0))
-    last = str(run.state.get("last_answer", "")).strip()
+    lifetime = run.state.idle_lifetime_s or 0.0
+    last = (run.state.last_answer or "").strip()
     summary = (
         f"ended after {lifetime:g}s without a new event; handled {events} "
         f"event{'s' if events != 1 else ''}. Last answer: {last or '(none)'}"
@@ -299,7 +342,7 @@ def _idle_result(run: Run) -> TaskResult:
 
 def _finish(
     run: Run, task: Task, ctx: ExecutorContext, result: TaskResult, *, unread_guard: bool = False
-) -> Transition:
+) -> Transition[Literal["done"]]:
     """Report to the scheduler in the same transaction as ``done``; benign if already final.
 
     With ``unread_guard`` a mailbox message appended since this tick read the task aborts the
@@ -329,5 +372,5 @@ def stored_result(session: Transaction, task: Task, fallback: TaskResult) -> Tas
     return TaskResult(status, summary, stored)
 
 
-async def done(run: Run, task: Task, ctx: ExecutorContext) -> Transition:
+async def done(run: Run, task: Task, ctx: ExecutorContext) -> Transition[Literal["done"]]:
     return goto(run, "done", after="done")

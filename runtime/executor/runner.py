@@ -16,19 +16,21 @@ from datetime import timedelta
 from typing import Literal
 
 from runtime.errors import StaleWrite
+from runtime.execution import Failure, Phase, may_follow
 from runtime.executor import dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.store import runs
+from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Lease, Task
-from runtime.store.runs import Run, TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 log = logging.getLogger(__name__)
 
-PhaseFn = Callable[[Run, Task, ExecutorContext], Awaitable[Transition]]
+PhaseFn = Callable[[Run, Task, ExecutorContext], Awaitable[Transition[Phase]]]
 
-PHASES: dict[str, PhaseFn] = {
+PHASES: dict[Phase, PhaseFn] = {
     "load_context": phases.load_context,
     "check_scheduler": phases.check_scheduler,
     "call_model": phases.call_model,
@@ -50,7 +52,7 @@ class TickResult:
     # released: the lease was given back (next tick scheduled, parked, or finished);
     # lost: another writer advanced the run; this worker must let go.
     status: Literal["continue", "released", "lost"]
-    phase: str
+    phase: str  # where the run is now, as far as this worker knows ("missing" if gone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +101,12 @@ class Runner:
             self._held[lease.lease_id] = fresh
         return TickResult(status, transition.phase)
 
-    async def _run_phase(self, run: Run, task: Task) -> Transition:
-        phase = PHASES.get(run.phase)
+    async def _run_phase(self, run: Run, task: Task) -> Transition[Phase]:
         try:
-            if phase is None:
-                raise RuntimeError(f"unknown phase {run.phase!r}")
-            return await phase(run, task, self.ctx)
+            transition = await PHASES[run.phase](run, task, self.ctx)
+            if not may_follow(run.phase, transition.phase):
+                raise RuntimeError(f"phase {run.phase} may not go to {transition.phase}")
+            return transition
         except Exception as e:  # loop boundary: the failure becomes data for the next tick
             log.exception(
                 "phase %s of task %s failed",
@@ -114,16 +116,11 @@ class Runner:
             )
             if run.phase in ("report_failure", "done"):
                 raise
-            error = {
-                "phase": run.phase,
-                "type": type(e).__name__,
-                "message": str(e),
-                "trace": traceback.format_exc(limit=8),
-            }
-            return phases.goto(run, "report_failure", state={**run.state, "error": error})
+            trace = traceback.format_exc(limit=8)
+            return phases.failed(run, Failure(run.phase, str(e), type(e).__name__, trace))
 
     def _commit(
-        self, session: Transaction, held: _Held, lease: Lease, transition: Transition
+        self, session: Transaction, held: _Held, lease: Lease, transition: Transition[Phase]
     ) -> tuple[Literal["continue", "released"], _Held | None]:
         """Persist the transition; when this worker ticks on, also what its next tick reads."""
         run = held.run
@@ -137,7 +134,7 @@ class Runner:
         after = transition.after
         if after == "wait" and transition.wait_guard is not None:
             after = "wait" if transition.wait_guard(session) else "delay"
-        runs.commit_transition(
+        executions.commit_transition(
             session,
             run,
             lease.lease_id,
@@ -163,7 +160,7 @@ class Runner:
         return "released", None
 
 
-def _advanced(run: Run, transition: Transition) -> Run:
+def _advanced(run: Run, transition: Transition[Phase]) -> Run:
     """The run as the commit of ``transition`` left it."""
     return Run(
         run.task_id,
@@ -176,8 +173,10 @@ def _advanced(run: Run, transition: Transition) -> Run:
     )
 
 
-_NEEDS_CALLS = frozenset({"dispatch_tools", "await_tools", "advance_turn", "waiting"})
-_NEEDS_TRANSCRIPT = frozenset({"call_model", "report_terminal"})
+_NEEDS_CALLS: frozenset[Phase] = frozenset(
+    {"dispatch_tools", "await_tools", "advance_turn", "waiting"}
+)
+_NEEDS_TRANSCRIPT: frozenset[Phase] = frozenset({"call_model", "report_terminal"})
 
 
 def _with_reads(session: Transaction, run: Run, held: _Held | None = None) -> _Held | None:
@@ -190,15 +189,16 @@ def _with_reads(session: Transaction, run: Run, held: _Held | None = None) -> _H
     known = held.transcript if held else ()
     calls = transcript = None
     if run.phase in _NEEDS_CALLS:
-        calls = tuple(runs.calls_of_turn(session, run.task_id, run.turn))
+        calls = tuple(tool_calls.calls_of_turn(session, run.task_id, run.turn))
     if run.phase in _NEEDS_TRANSCRIPT:
         after = known[-1].seq if known else 0
-        known = transcript = known + tuple(runs.transcript(session, run.task_id, after=after))
+        later = transcripts.transcript(session, run.task_id, after=after)
+        known = transcript = known + tuple(later)
     stop = q.stop_recorded(session, task)
     run = replace(run, stop_requested=stop, calls=calls, transcript=transcript)
     return _Held(run, task, known)
 
 
 def _load(session: Transaction, task_id: str) -> _Held | None:
-    run = runs.load_run(session, task_id)
+    run = executions.load_run(session, task_id)
     return None if run is None else _with_reads(session, run)

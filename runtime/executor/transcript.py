@@ -16,7 +16,7 @@ from runtime.models.base import (
     UserText,
 )
 from runtime.store.records import MailboxMessage
-from runtime.store.runs import TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 
 
 def brief_key(task_id: str) -> str:
@@ -73,7 +73,12 @@ def _to_item(payload: dict[str, Any]) -> ConversationItem | None:
         case "reasoning":
             return Reasoning(str(payload["text"]))
         case "tool_call":
-            return ToolCallItem(payload["call_id"], payload["name"], dict(payload["arguments"]))
+            return ToolCallItem(
+                payload["call_id"],
+                payload["name"],
+                dict(payload["arguments"]),
+                payload.get("arguments_error"),
+            )
         case "tool_result":
             return ToolResultItem(
                 payload["call_id"], str(payload["output"]), bool(payload.get("is_error"))
@@ -91,6 +96,8 @@ def item_payload(item: AssistantText | Reasoning | ToolCallItem) -> tuple[str, s
         case ToolCallItem(call_id=call_id, name=name, arguments=arguments):
             payload: dict[str, Any] = {"type": "tool_call", "call_id": call_id, "name": name}
             payload["arguments"] = arguments
+            if item.arguments_error is not None:
+                payload["arguments_error"] = item.arguments_error
             return "assistant", "tool_call", payload
 
 

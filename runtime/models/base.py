@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,9 +34,29 @@ class Reasoning:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallItem:
+    """A call the model asked for. ``arguments_error`` says why its arguments could not be
+    read (not JSON, not an object); such a call is answered with that error, never run."""
+
     call_id: str
     name: str
     arguments: dict[str, Any]
+    arguments_error: str | None = None
+
+
+def read_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """A model's tool arguments as an object, or ``({}, why not)``: a model's mistake is
+    answered to the model, so it is data here, not an exception."""
+    if isinstance(raw, dict):
+        return raw, None
+    if raw is None or not raw.strip():
+        return {}, None
+    try:
+        parsed = json.loads(raw)
+    except ValueError as e:
+        return {}, f"the arguments are not valid JSON ({e}): {raw[:300]!r}"
+    if not isinstance(parsed, dict):
+        return {}, f"the arguments are not a JSON object: {raw[:300]!r}"
+    return parsed, None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from runtime.models.base import (
     ToolResultItem,
     ToolSpec,
     UserText,
+    read_arguments,
 )
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -362,28 +363,8 @@ def _text_of(content: str | list[_ContentPart] | None) -> str:
 def _tool_call(call: _WireCall, *, turn: int, index: int) -> ToolCallItem:
     # Some servers omit ids; a turn-derived id keeps the call addressable and stable.
     call_id = call.id or f"call_{turn}_{index}"
-    return ToolCallItem(call_id, call.function.name, _arguments(call.function, call_id))
-
-
-def _arguments(function: _WireFunction, call_id: str) -> dict[str, Any]:
-    raw = function.arguments
-    if isinstance(raw, dict):
-        return raw
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError as e:
-        raise Permanent(
-            f"model returned invalid JSON arguments for tool {function.name!r} "
-            f"(call {call_id}): {e}; arguments were {raw[:_SNIPPET]!r}"
-        ) from e
-    if not isinstance(parsed, dict):
-        raise Permanent(
-            f"model returned arguments for tool {function.name!r} (call {call_id}) that are "
-            f"not a JSON object: {raw[:_SNIPPET]!r}"
-        )
-    return parsed
+    arguments, problem = read_arguments(call.function.arguments)
+    return ToolCallItem(call_id, call.function.name, arguments, problem)
 
 
 # --- HTTP failure details ------------------------------------------------------------------

@@ -16,6 +16,7 @@ scripts:
         say: "I will run the tests."
         tool_calls:
           - {name: run_command, args: {command: "pytest -q"}}
+          - {name: run_command, raw_args: '{"command": "ls'}   # as a server sent it
       - say: "All done."                    # no tool calls: the final answer
 ```
 """
@@ -43,6 +44,7 @@ from runtime.models.base import (
     ToolCallItem,
     ToolResultItem,
     UserText,
+    read_arguments,
 )
 
 
@@ -54,6 +56,9 @@ class ScriptMismatch(Permanent):
 class ScriptedCall:
     name: str
     args: Mapping[str, Any]
+    # The arguments as text on the wire, read like a real provider reads them (malformed
+    # arguments included); when given, ``args`` is ignored.
+    raw_args: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +188,13 @@ def _response(turn: ScriptedTurn, turn_number: int) -> ModelResponse:
     if turn.say is not None:
         items.append(AssistantText(turn.say))
     for index, call in enumerate(turn.tool_calls):
+        call_id = f"call_{turn_number}_{index}"
+        if call.raw_args is not None:
+            arguments, problem = read_arguments(call.raw_args)
+            items.append(ToolCallItem(call_id, call.name, arguments, problem))
+            continue
         # A copy, so a caller mutating arguments cannot change what the next call returns.
-        arguments = copy.deepcopy(dict(call.args))
-        items.append(ToolCallItem(f"call_{turn_number}_{index}", call.name, arguments))
+        items.append(ToolCallItem(call_id, call.name, copy.deepcopy(dict(call.args))))
     return ModelResponse(items=tuple(items))
 
 
@@ -199,6 +208,7 @@ class _Strict(BaseModel):
 class _CallSpec(_Strict):
     name: str = Field(min_length=1)
     args: dict[str, Any] = Field(default_factory=dict)
+    raw_args: str | None = None
 
 
 class _TurnSpec(_Strict):
@@ -240,7 +250,9 @@ def _script(spec: _ScriptSpec) -> Script:
         ScriptedTurn(
             say=turn.say,
             reasoning=turn.reasoning,
-            tool_calls=tuple(ScriptedCall(call.name, call.args) for call in turn.tool_calls),
+            tool_calls=tuple(
+                ScriptedCall(call.name, call.args, call.raw_args) for call in turn.tool_calls
+            ),
             expect_seen=tuple(turn.expect_seen),
             wait_seen=tuple(turn.wait_seen),
             expect_images=tuple(turn.expect_images),

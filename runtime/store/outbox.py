@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import or_, select
+from sqlalchemy import Table, or_, select
 from sqlalchemy.orm import Session
 
+from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import OutboxRow
-from runtime.store.runs import enqueue_post
 from runtime.surfaces import Action
-
-__all__ = ["OutboxPost", "due_posts", "enqueue_post", "posts_of_task", "set_body"]
+from runtime.threads import ThreadRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,46 @@ def _to_post(row: OutboxRow) -> OutboxPost:
         row.landed_at,
         row.last_error,
     )
+
+
+_ENQUEUE = insert_ignoring(
+    cast(Table, OutboxRow.__table__),
+    [
+        "task_id", "purpose", "surface", "thread_ref", "idempotency_key", "action", "body",
+        "actions", "state", "attempts", "next_attempt_at", "created_at",
+    ],
+    ["idempotency_key"],
+)
+
+
+def enqueue_post(
+    session: Session,
+    *,
+    task_id: str,
+    purpose: str,
+    thread: ThreadRef,
+    key: str,
+    action: str,
+    body: str,
+    now: datetime,
+    actions: Sequence[Action] = (),
+) -> None:
+    """Queue one post; the same idempotency key never queues twice."""
+    values = dict(
+        task_id=task_id,
+        purpose=purpose,
+        surface=thread.surface,
+        thread_ref=str(thread),
+        idempotency_key=key,
+        action=action,
+        body=body,
+        actions=[a.to_json() for a in actions] or None,
+        state="pending",
+        attempts=0,
+        next_attempt_at=now,
+        created_at=now,
+    )
+    _ENQUEUE.execute(session, parameters(values))
 
 
 def set_body(
@@ -94,6 +134,28 @@ def mark(session: Session, outbox_id: int, **values: object) -> None:
     if row is not None:
         for name, value in values.items():
             setattr(row, name, value)
+
+
+def landed(
+    session: Session,
+    outbox_id: int,
+    *,
+    body: str,
+    actions: Sequence[Action],
+    where: str,
+    now: datetime,
+) -> None:
+    """The post arrived at ``where``: landed, or stale if a newer body (or buttons) came in
+    while it was being sent."""
+    row = session.get(OutboxRow, outbox_id)
+    if row is None:
+        return
+    sent = [a.to_json() for a in actions] or None
+    newer = row.body != body or (row.actions or None) != sent
+    row.state = "stale" if newer else "landed"
+    row.landed_on = where
+    row.landed_at = now
+    row.last_error = None
 
 
 def posts_of_task(session: Session, task_id: str) -> list[OutboxPost]:

@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.orm import Session
 
 from runtime.ids import SignalId, TaskId, new_signal_id
 from runtime.store import tasks as q
+from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import OutboxRow, RouteAttemptRow, SignalRow, TaskRow
 from runtime.store.records import TERMINAL, Task
 from runtime.threads import SlackThread, ThreadRef, parse_thread, text_of, thread_of
@@ -272,12 +272,25 @@ def to_record(row: SignalRow) -> SignalRecord:
     )
 
 
+_SIGNALS = cast(Table, SignalRow.__table__)
+# Either unique key may conflict: the delivery (a redelivery) or the dedupe key (another
+# delivery of one message). Column names: the signal's id is the column ``id``.
+_ADMIT = insert_ignoring(
+    _SIGNALS,
+    [
+        "id", "provider", "delivery_id", "dedupe_key", "kind", "thread_ref", "objective_key",
+        "actor", "text", "decision", "reason", "task_id", "received_at", "plan", "message_ref",
+        "url",
+    ],
+)
+
+
 def _insert(
     session: Session, facts: SignalFacts, dedupe_key: str, verdict: Verdict
 ) -> SignalRecord | None:
     signal_id = new_signal_id()
     values: dict[str, Any] = {
-        "signal_id": signal_id,
+        "id": signal_id,
         "provider": facts.provider,
         "delivery_id": facts.delivery_id,
         "dedupe_key": dedupe_key,
@@ -294,9 +307,7 @@ def _insert(
         "message_ref": text_of(facts.message_ref),
         "url": facts.url,
     }
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(SignalRow).values(values).on_conflict_do_nothing()
-    if session.execute(statement.returning(SignalRow.signal_id)).first() is None:
+    if not _ADMIT.execute(session, parameters(values)):
         return None
     row = session.get(SignalRow, signal_id)
     assert row is not None

@@ -1,4 +1,4 @@
-"""Task lifecycle SQL: tasks, status changes, deliveries, leases and the mailbox.
+"""Task lifecycle SQL: tasks, status changes, deliveries and the mailbox.
 
 Every function takes an open Session inside a transaction; the scheduler composes them.
 Row locks (``FOR UPDATE``) are no-ops on SQLite, where ``BEGIN IMMEDIATE`` already
@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from runtime.ids import MessageId, TaskId, new_message_id, new_token
+from runtime.store import executions
 from runtime.store.models import (
     DeliveryRow,
-    ExecutionRow,
     MailboxMessageRow,
     TaskRow,
     TaskStatusChangeRow,
@@ -26,16 +26,15 @@ from runtime.store.models import (
 from runtime.store.prepared import Prepared
 from runtime.store.records import (
     TERMINAL,
-    Lease,
     MailboxMessage,
     StatusChange,
     Task,
+    TaskResult,
     TaskSpec,
     TaskStatus,
 )
 from runtime.threads import text_of, thread_of
 
-FIRST_PHASE = "load_context"
 _TERMINAL_NAMES = [s.value for s in TERMINAL]
 
 
@@ -189,12 +188,7 @@ def insert_task(
         status_changed_at=now,
     )
     session.add(row)
-    session.add(
-        ExecutionRow(
-            task_id=task_id, phase=FIRST_PHASE, turn=0, mailbox_position=0, state={},
-            version=0, updated_at=now,
-        )
-    )
+    executions.add_execution(session, task_id, now)
     session.add(TaskStatusChangeRow(task_id=task_id, status=status.value, at=now))
     add_delivery(session, task_id, "schedule", available_at, now)
     return row
@@ -209,6 +203,19 @@ def set_status(session: Session, row: TaskRow, status: TaskStatus, now: datetime
     if status.is_terminal:
         row.finished_at = now
     session.add(TaskStatusChangeRow(task_id=row.task_id, status=status.value, at=now))
+
+
+def set_result(row: TaskRow, result: TaskResult) -> None:
+    """The result stored with a terminal status (``set_status`` writes the status)."""
+    row.result = {"status": result.status.value, "summary": result.summary, **result.detail}
+
+
+def record_cancel(row: TaskRow, now: datetime, reason: str, requested_by: str | None) -> None:
+    """Record the first stop asked of a task; a later one changes nothing."""
+    if row.cancel_requested_at is None:
+        row.cancel_requested_at = now
+        row.cancel_reason = reason
+        row.cancel_requested_by = requested_by
 
 
 def status_history(session: Session, task_id: str) -> list[StatusChange]:
@@ -258,44 +265,6 @@ def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: 
     if skip_locked:
         query = query.with_for_update(skip_locked=True)
     return list(session.scalars(query))
-
-
-def lock_execution(session: Session, task_id: str) -> ExecutionRow | None:
-    return session.scalars(
-        select(ExecutionRow).where(ExecutionRow.task_id == task_id).with_for_update()
-    ).first()
-
-
-def lease_is_live(execution: ExecutionRow, now: datetime) -> bool:
-    expires = execution.lease_expires_at
-    return execution.lease_id is not None and expires is not None and expires > now
-
-
-def grant_lease(
-    execution: ExecutionRow, owner: str, now: datetime, lease_seconds: float
-) -> Lease:
-    execution.lease_id = new_token()
-    execution.lease_owner = owner
-    execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
-    execution.version += 1
-    execution.updated_at = now
-    return Lease(TaskId(execution.task_id), execution.lease_id, owner, execution.lease_expires_at)
-
-
-def clear_lease(execution: ExecutionRow) -> None:
-    execution.lease_id = None
-    execution.lease_owner = None
-    execution.lease_expires_at = None
-
-
-def expired_leases(session: Session, now: datetime, limit: int) -> Sequence[ExecutionRow]:
-    query = (
-        select(ExecutionRow)
-        .where(ExecutionRow.lease_id.is_not(None), ExecutionRow.lease_expires_at < now)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-    return session.scalars(query).all()
 
 
 def overdue_tasks(session: Session, now: datetime, limit: int) -> Sequence[TaskRow]:

@@ -15,7 +15,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from runtime.evidence import Strength
-from runtime.store import outbox, runs
+from runtime.execution import RunState
+from runtime.store import ledger, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
 from runtime.store.records import StatusChange, Task, TaskStatus
@@ -117,7 +118,7 @@ class TaskDetail:
     tree: tuple[Task, ...]  # the root and its descendants, depth first
     timeline: tuple[StatusChange, ...]
     execution: ExecutionView | None
-    transcript: tuple[runs.TranscriptEntry, ...]
+    transcript: tuple[transcripts.TranscriptEntry, ...]
     tool_calls: tuple[ToolCallView, ...]
     mailbox: tuple[MailboxView, ...]
     evidence: tuple[EvidenceView, ...]
@@ -167,16 +168,16 @@ def task_detail(session: Session, task_id: str) -> TaskDetail | None:
     row = q.get_task(session, task_id)
     if row is None:
         return None
-    entries = tuple(runs.transcript(session, task_id))
+    entries = tuple(transcripts.transcript(session, task_id))
     return TaskDetail(
         task=q.to_task(row),
         tree=_tree(session, row.root_id),
         timeline=tuple(q.status_history(session, task_id)),
         execution=_execution(session, task_id),
         transcript=entries,
-        tool_calls=tuple(_call_view(c) for c in runs.all_calls(session, task_id)),
+        tool_calls=tuple(_call_view(c) for c in tool_calls.all_calls(session, task_id)),
         mailbox=_mailbox(session, task_id, entries),
-        evidence=tuple(_evidence_view(e) for e in runs.evidence_of_tree(session, row.root_id)),
+        evidence=tuple(_evidence_view(e) for e in ledger.evidence_of_tree(session, row.root_id)),
         outbox=tuple(_outbox_view(p) for p in outbox.posts_of_task(session, task_id)),
         signals=_signals(session, task_id),
     )
@@ -202,8 +203,7 @@ def _execution(session: Session, task_id: str) -> ExecutionView | None:
     row = session.get(ExecutionRow, task_id)
     if row is None:
         return None
-    error = row.state.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
+    error = RunState.from_json(row.state).error
     return ExecutionView(
         row.phase,
         row.turn,
@@ -212,11 +212,11 @@ def _execution(session: Session, task_id: str) -> ExecutionView | None:
         row.lease_expires_at,
         row.version,
         row.updated_at,
-        None if message is None else str(message),
+        error.message if error is not None else None,
     )
 
 
-def _call_view(call: runs.ToolCallRecord) -> ToolCallView:
+def _call_view(call: tool_calls.ToolCallRecord) -> ToolCallView:
     result = call.result or {}
     output = result.get("output")
     duration = None
@@ -243,7 +243,7 @@ def _call_view(call: runs.ToolCallRecord) -> ToolCallView:
 
 
 def _mailbox(
-    session: Session, task_id: str, entries: tuple[runs.TranscriptEntry, ...]
+    session: Session, task_id: str, entries: tuple[transcripts.TranscriptEntry, ...]
 ) -> tuple[MailboxView, ...]:
     written = {e.item_key: e.created_at for e in entries}
     return tuple(
@@ -259,7 +259,7 @@ def _mailbox(
     )
 
 
-def _evidence_view(record: runs.EvidenceRecord) -> EvidenceView:
+def _evidence_view(record: ledger.EvidenceRecord) -> EvidenceView:
     item = record.item
     return EvidenceView(
         task_id=record.task_id,

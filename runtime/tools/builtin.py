@@ -10,7 +10,7 @@ import json
 from typing import Any, ClassVar
 
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import outbox
 from runtime.store.engine import Database
 from runtime.store.records import TaskSpec
 from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
@@ -122,7 +122,7 @@ class PostUpdate:
         now = self.scheduler.clock.now()
         key = f"{ctx.task_id}:update:{ctx.call_id}"
         await self.db.run(
-            lambda s: runs.enqueue_post(
+            lambda s: outbox.enqueue_post(
                 s,
                 task_id=ctx.task_id,
                 purpose="update",

@@ -10,11 +10,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from runtime.store import runs
+from runtime.store import executions, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.records import Task
-from runtime.store.runs import TranscriptEntry
+from runtime.store.transcripts import TranscriptEntry
 from tests.integration.keel_live import CHANNEL, Live
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(64))
@@ -41,7 +41,7 @@ async def finished(live: Live, objective: str, timeout: float = 90) -> Task:
                 row = await db.read(lambda s: q.latest_by_objective(s, objective))
                 task = q.to_task(row) if row is not None else None
                 if task is not None and task.status.is_terminal:
-                    run = await db.read(partial(runs.load_run, task_id=task.task_id))
+                    run = await db.read(partial(executions.load_run, task_id=task.task_id))
                     if run is not None and run.phase == "done":
                         return task
                 await asyncio.sleep(0.1)
@@ -52,7 +52,7 @@ async def finished(live: Live, objective: str, timeout: float = 90) -> Task:
 async def transcript(live: Live, task_id: str) -> list[TranscriptEntry]:
     db = Database.from_url(live.db_url)
     try:
-        return await db.read(lambda s: runs.transcript(s, task_id))
+        return await db.read(lambda s: transcripts.transcript(s, task_id))
     finally:
         db.close()
 

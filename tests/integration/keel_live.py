@@ -27,7 +27,7 @@ from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.emulators.slack_socket import SocketHub
 from adapters.emulators.webhooks import deliver, sign_github, sign_slack
 from adapters.web.app import create_app
-from runtime.store import runs
+from runtime.store import executions
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import GitHubInboxRow, MailboxMessageRow, SignalRow, TaskRow
@@ -243,7 +243,7 @@ async def _step(
 ) -> bool:
     """One look at the run: faults, the follow-up and CI as due; True once it is all over."""
     task_id = task.task_id
-    run = await db.read(lambda s: runs.load_run(s, task_id))
+    run = await db.read(lambda s: executions.load_run(s, task_id))
     if run is None:
         return False
     if on_step is not None:

@@ -21,7 +21,7 @@ from adapters.demo.repo import create_sample_repo
 from adapters.emulators.server import serve
 from adapters.web.app import create_app
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions, tool_calls
 from runtime.store.engine import Database
 from tests.databases import admin_url
 from tests.factories import make_spec
@@ -160,7 +160,7 @@ async def test_tool_wait_loses_nothing_when_worker_is_stopped_and_restarted(
         await _until(lambda: _call_state(db, task.task_id), "started")
         worker.send_signal(stop_signal)
         code = worker.wait(timeout=20)
-        run = await db.read(lambda s: runs.load_run(s, task.task_id))
+        run = await db.read(lambda s: executions.load_run(s, task.task_id))
         assert run is not None
         if stop_signal is signal.SIGTERM:
             assert code == 0, worker.stderr.read() if worker.stderr else ""
@@ -170,7 +170,7 @@ async def test_tool_wait_loses_nothing_when_worker_is_stopped_and_restarted(
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=20)
-    [call] = await db.read(lambda s: runs.all_calls(s, task.task_id))
+    [call] = await db.read(lambda s: tool_calls.all_calls(s, task.task_id))
     assert call.outcome == "ok" and "finished" in (call.result or {}).get("output", "")
     ran = next((tmp_path / "ws").glob("*/ran.log"), None) or next(
         (tmp_path / "ws").rglob("ran.log")
@@ -180,7 +180,7 @@ async def test_tool_wait_loses_nothing_when_worker_is_stopped_and_restarted(
 
 
 async def _call_state(db: Database, task_id: str) -> str | None:
-    calls = await db.read(lambda s: runs.all_calls(s, task_id))
+    calls = await db.read(lambda s: tool_calls.all_calls(s, task_id))
     return calls[0].dispatch_state if calls else None
 
 

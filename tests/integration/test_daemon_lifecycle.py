@@ -33,7 +33,7 @@ from runtime.executor.runner import Runner
 from runtime.models.base import ModelRequest, ModelResponse, ToolResultItem, UserText
 from runtime.models.scripted import ScriptedProvider
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions, tool_calls, transcripts
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
 from runtime.worker import Worker
@@ -161,18 +161,18 @@ class Keel:
         )
 
     async def until(
-        self, task_id: str, ready: Callable[[Task, runs.Run], bool], timeout: float
+        self, task_id: str, ready: Callable[[Task, executions.Run], bool], timeout: float
     ) -> Task:
         async with asyncio.timeout(timeout):
             while True:
                 task = await self.scheduler.get(task_id)
-                run = await self.db.read(lambda s: runs.load_run(s, task_id))
+                run = await self.db.read(lambda s: executions.load_run(s, task_id))
                 if task is not None and run is not None and ready(task, run):
                     return task
                 await asyncio.sleep(0.05)
 
 
-def _parked(task: Task, run: runs.Run, events: int) -> bool:
+def _parked(task: Task, run: executions.Run, events: int) -> bool:
     return (
         task.status is TaskStatus.waiting
         and run.phase == "await_input"
@@ -193,7 +193,7 @@ async def keel(
 
 
 async def _item_keys(k: Keel, task_id: str) -> list[str]:
-    entries = await k.db.read(lambda s: runs.transcript(s, task_id))
+    entries = await k.db.read(lambda s: transcripts.transcript(s, task_id))
     return [e.item_key for e in entries]
 
 
@@ -294,7 +294,7 @@ async def test_daemon_role_is_never_offered_a_denied_tool_and_a_forged_call_is_r
         first_id = await k.first_parked()
         await k.event("unit-tests", 1002, "d-unit")
         await k.parked(first_id, events=2)
-        calls = await k.db.read(lambda s: runs.all_calls(s, first_id))  # type: ignore[arg-type]
+        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))  # type: ignore[arg-type]
     [push] = [c for c in calls if c.name == "git_push"]
     assert push.outcome == "error" and push.result is not None and push.result["is_error"]
     assert not (tmp_path / "pushes.log").exists()  # the tool itself never ran

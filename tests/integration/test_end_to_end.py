@@ -10,7 +10,7 @@ from pathlib import Path
 
 from adapters.demo.repo import branch_head
 from adapters.demo.scenario import CHANNEL, REPO, run_demo
-from runtime.store import runs
+from runtime.store import executions, ledger, transcripts
 from runtime.store.engine import Database
 
 
@@ -42,11 +42,11 @@ async def test_slack_mention_ends_in_one_reply_citing_pr_commit_and_ci(
 
     # The follow-up reached the transcript once, before the model call that needed it.
     db = Database.from_url(db_url)
-    entries = await db.read(lambda s: runs.transcript(s, str(result.task_id)))
-    evidence = await db.read(lambda s: runs.evidence_of_tree(s, str(result.task_id)))
-    run = await db.read(lambda s: runs.load_run(s, str(result.task_id)))
+    entries = await db.read(lambda s: transcripts.transcript(s, str(result.task_id)))
+    evidence = await db.read(lambda s: ledger.evidence_of_tree(s, str(result.task_id)))
+    run = await db.read(lambda s: executions.load_run(s, str(result.task_id)))
     db.close()
-    assert run is not None and "Run the tests with" in run.state["system"]  # AGENTS.md
+    assert run is not None and "Run the tests with" in (run.state.system or "")  # AGENTS.md
     tests_run = [e.item.detail for e in evidence if e.item.kind == "test_run"]
     assert [(t["exit_code"], t["passed"], t["failed"]) for t in tests_run] == [(1, 1, 1), (0, 2, 0)]
     [commit] = [e.item for e in evidence if e.item.kind == "commit"]

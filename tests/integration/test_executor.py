@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.store import runs
+import pytest
+
+from runtime.executor import phases, runner
+from runtime.store import tool_calls, transcripts
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
 from tests.harness import ChildAware, Stack, agent, build_stack
@@ -17,12 +20,12 @@ def _call(name: str, **args: Any) -> dict[str, Any]:
 
 
 async def _transcript_keys(stack: Stack, task_id: str) -> list[str]:
-    entries = await stack.db.run(lambda s: runs.transcript(s, task_id))
+    entries = await stack.db.run(lambda s: transcripts.transcript(s, task_id))
     return [e.item_key for e in entries]
 
 
-async def _calls(stack: Stack, task_id: str) -> list[runs.ToolCallRecord]:
-    return await stack.db.run(lambda s: runs.all_calls(s, task_id))
+async def _calls(stack: Stack, task_id: str) -> list[tool_calls.ToolCallRecord]:
+    return await stack.db.run(lambda s: tool_calls.all_calls(s, task_id))
 
 
 async def test_task_succeeds_with_final_text_when_script_reads_then_answers(
@@ -127,6 +130,44 @@ async def test_tool_exception_becomes_result_for_model_when_tool_has_a_bug(
     assert call.outcome == "error"
 
 
+@pytest.mark.parametrize(
+    ("call", "told"),
+    [
+        ({"name": "lookup", "raw_args": '{"key": "a'}, "not valid JSON"),
+        ({"name": "lookup", "raw_args": '["a"]'}, "not a JSON object"),
+        (_call("lookup", key=7), "key: 7 is not of type 'string'"),
+        (_call("create_thing", title=["x"]), "title: ['x'] is not of type 'string'"),
+        (_call("delegate", context="why"), "'goal' is a required property"),
+    ],
+)
+async def test_malformed_arguments_come_back_to_model_as_tool_error_when_model_sends_them(
+    db_url: str, tmp_path: Path, call: dict[str, Any], told: str
+) -> None:
+    script = {
+        "scripts": [
+            {
+                "turns": [
+                    {"tool_calls": [call]},
+                    {"expect_seen": [told, "It was not run"], "tool_calls": [_call("lookup")]},
+                    {"expect_seen": ["value of None"], "say": "fixed my call"},
+                ]
+            }
+        ]
+    }
+    stack = build_stack(db_url, tmp_path, script)
+    task = (await stack.scheduler.schedule(make_spec())).task
+
+    final = await stack.run_until_terminal(task.task_id)
+
+    assert final.status is TaskStatus.succeeded
+    refused, retried = await _calls(stack, task.task_id)
+    assert (refused.outcome, refused.dispatched_at) == ("error", None)
+    assert retried.outcome == "ok"
+    assert not (tmp_path / "effects.log").exists()  # nothing ran for the refused call
+    lookups = (tmp_path / "lookups.log").read_text().splitlines()
+    assert lookups == ["start call_1_0"]
+
+
 async def test_unexpected_phase_exception_fails_task_with_error_recorded(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -141,6 +182,24 @@ async def test_unexpected_phase_exception_fails_task_with_error_recorded(
     assert final.result is not None
     assert final.result["error"]["type"] == "ZeroDivisionError"
     assert final.result["error"]["phase"] == "call_model"
+
+
+async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def skips_ahead(run: Any, task: Any, ctx: Any) -> Any:
+        return phases.goto(run, "done")  # load_context may only go to check_scheduler
+
+    monkeypatch.setitem(runner.PHASES, "load_context", skips_ahead)
+    stack = build_stack(db_url, tmp_path, {"scripts": [{"turns": [{"say": "never"}]}]})
+    task = (await stack.scheduler.schedule(make_spec())).task
+
+    final = await stack.run_until_terminal(task.task_id)
+
+    assert final.status is TaskStatus.failed
+    assert final.result is not None
+    assert final.result["error"]["phase"] == "load_context"
+    assert "may not go to done" in final.result["error"]["message"]
 
 
 async def test_each_limit_ends_run_with_its_named_outcome(db_url: str, tmp_path: Path) -> None:

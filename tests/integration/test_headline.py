@@ -11,7 +11,7 @@ from runtime.clock import ManualClock
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reporting import ReportingPolicy, ThreadReporter, completion_text
 from runtime.scheduler import Scheduler
-from runtime.store import outbox, runs
+from runtime.store import ledger, outbox, tool_calls
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskResult, TaskStatus
 from tests.factories import make_spec
@@ -73,11 +73,13 @@ def _record_calls(session: Any, task: Task, clock: ManualClock) -> None:
         ("c3", "open_pull_request", "error", {"output": "GitHub refused", "is_error": True}),
     ]
     for idx, (call_id, name, outcome, result) in enumerate(calls):
-        runs.add_tool_call(
+        tool_calls.add_tool_call(
             session, task.task_id, call_id, turn=1, idx=idx, name=name, args={}, effect="write"
         )
-        runs.settle(session, task.task_id, call_id, outcome=outcome, result=result, now=clock.now())
-    runs.add_evidence(session, task.task_id, task.root_id, "c1", LOCAL, clock.now())
+        tool_calls.settle(
+            session, task.task_id, call_id, outcome=outcome, result=result, now=clock.now()
+        )
+    ledger.add_evidence(session, task.task_id, task.root_id, "c1", LOCAL, clock.now())
 
 
 @pytest.mark.parametrize("public_url", ["https://keel.example.com/", None])

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.emulators.webhooks import load_github_example, sign_github, sign_slack
-from runtime.store import runs
+from runtime.store import tool_calls, transcripts
 from runtime.store.engine import Database
 from tests.integration.keel_live import (
     SIGNING_SECRET,
@@ -182,8 +182,8 @@ async def test_shell_metacharacters_never_run_when_a_mention_carries_them(
     with live_keel(tmp_path / "keel", db_url, workers=True) as live:
         task_id, _ = await drive(live, text=hostile)
     db = Database.from_url(db_url)
-    entries = await db.read(lambda s: runs.transcript(s, task_id))
-    calls = await db.read(lambda s: runs.all_calls(s, task_id))
+    entries = await db.read(lambda s: transcripts.transcript(s, task_id))
+    calls = await db.read(lambda s: tool_calls.all_calls(s, task_id))
     db.close()
     assert any(hostile in json.dumps(e.payload, ensure_ascii=False) for e in entries)
     commands = [c.args.get("command", "") for c in calls if c.name == "run_command"]

@@ -485,18 +485,25 @@ async def test_malformed_body_is_permanent_when_server_returns_200(
     assert detail in str(caught.value)
 
 
-async def test_invalid_tool_arguments_are_permanent_naming_the_tool_when_json_is_broken(
-    llm: CompletionsServer,
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [('{"command": "ls', "not valid JSON"), ('["ls"]', "not a JSON object")],
+)
+async def test_unreadable_tool_arguments_become_the_calls_error_when_server_sends_them(
+    llm: CompletionsServer, arguments: str, problem: str
 ) -> None:
     call = {
         "id": "call_x",
         "type": "function",
-        "function": {"name": "run_command", "arguments": '{"command": "ls'},
+        "function": {"name": "run_command", "arguments": arguments},
     }
     llm.queue(completion({"content": None, "tool_calls": [call]}))
 
-    with pytest.raises(Permanent, match="invalid JSON arguments for tool 'run_command'"):
-        await make_provider(llm.base_url, RecordedSleep()).complete(make_request())
+    response = await make_provider(llm.base_url, RecordedSleep()).complete(make_request())
+
+    (item,) = response.tool_calls
+    assert (item.call_id, item.name, item.arguments) == ("call_x", "run_command", {})
+    assert item.arguments_error is not None and problem in item.arguments_error
 
 
 async def test_injected_transport_stays_open_when_provider_finishes_a_call(

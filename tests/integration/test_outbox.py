@@ -13,7 +13,7 @@ from runtime.evidence import EvidenceItem, Strength
 from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ThreadReporter, completion_text, progress_key
 from runtime.scheduler import Scheduler
-from runtime.store import outbox, runs
+from runtime.store import ledger, outbox
 from runtime.store.engine import Database
 from runtime.store.models import OutboxRow
 from runtime.store.records import TaskResult, TaskStatus
@@ -208,7 +208,7 @@ async def test_daemon_no_op_stays_silent(database: Database) -> None:
     result = TaskResult(TaskStatus.succeeded, "nothing to do")
     database.run_sync(lambda s: reporter.on_finished(s, task, result))
     assert database.run_sync(lambda s: outbox.posts_of_task(s, task.task_id)) == []
-    assert database.run_sync(lambda s: runs.evidence_of_tree(s, task.root_id)) == []
+    assert database.run_sync(lambda s: ledger.evidence_of_tree(s, task.root_id)) == []
 
 
 @pytest.mark.parametrize(

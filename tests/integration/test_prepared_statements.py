@@ -9,14 +9,22 @@ import pytest
 from sqlalchemy import event
 
 from runtime.errors import StaleWrite
+from runtime.execution import Activation, Failure, RunState
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction
 from runtime.store.models import ToolCallRow, TranscriptItemRow
 from tests.factories import make_spec
 
 NOW = datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=UTC)
+# Nested JSON and datetimes in the state column survive the driver path both ways.
+STATE = RunState(
+    system="be brief",
+    error=Failure("call_model", "boom", "ValueError", "trace"),
+    activation=Activation(2, NOW, 1),
+    idle_until=NOW,
+)
 
 
 async def _task_id(database: Database) -> str:
@@ -28,13 +36,16 @@ async def test_transcript_items_round_trip_when_written_and_read_on_the_driver_p
 ) -> None:
     task_id = await _task_id(database)
     payload = {"type": "user_text", "text": "naïve – ✓ \"quoted\" 100%", "n": [1, None, 2.5]}
-    items = [runs.NewItem("a", "user", "message", payload), runs.NewItem("b", "tool", "x", {})]
-    database.run_sync(lambda s: runs.add_transcript_items(s, task_id, items, NOW))
+    items = [
+        transcripts.NewItem("a", "user", "message", payload),
+        transcripts.NewItem("b", "tool", "x", {}),
+    ]
+    database.run_sync(lambda s: transcripts.add_transcript_items(s, task_id, items, NOW))
     # The same key again is a no-op: the first payload stays.
-    again = [runs.NewItem("a", "user", "message", {"text": "second"})]
-    database.run_sync(lambda s: runs.add_transcript_items(s, task_id, again, NOW))
+    again = [transcripts.NewItem("a", "user", "message", {"text": "second"})]
+    database.run_sync(lambda s: transcripts.add_transcript_items(s, task_id, again, NOW))
 
-    entries = database.read_sync(lambda s: runs.transcript(s, task_id))
+    entries = database.read_sync(lambda s: transcripts.transcript(s, task_id))
     orm = database.read_sync(
         lambda s: [
             (r.item_seq, r.payload, r.created_at)
@@ -45,7 +56,7 @@ async def test_transcript_items_round_trip_when_written_and_read_on_the_driver_p
     assert [e.item_key for e in entries] == ["a", "b"]
     assert entries[0].payload == payload
     assert entries[0].created_at == NOW
-    later = database.read_sync(lambda s: runs.transcript(s, task_id, after=entries[0].seq))
+    later = database.read_sync(lambda s: transcripts.transcript(s, task_id, after=entries[0].seq))
     assert [e.item_key for e in later] == ["b"]
 
 
@@ -53,19 +64,19 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
     database: Database,
 ) -> None:
     task_id = await _task_id(database)
-    calls = [runs.NewCall(f"c{i}", 0, i, "lookup", {"q": i}, "read") for i in range(3)]
+    calls = [tool_calls.NewCall(f"c{i}", 0, i, "lookup", {"q": i}, "read") for i in range(3)]
     deadline = NOW + timedelta(seconds=30)
 
     def lifecycle(session: Transaction) -> tuple[bool, bool]:
-        runs.add_tool_calls(session, task_id, calls)
-        runs.mark_dispatching(
+        tool_calls.add_tool_calls(session, task_id, calls)
+        tool_calls.mark_dispatching(
             session,
             task_id,
             ["c0", "c1"],
             {"c0": deadline, "c1": deadline},
             NOW,
         )
-        first = runs.settle(
+        first = tool_calls.settle(
             session,
             task_id,
             "c0",
@@ -73,7 +84,7 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
             result={"output": "found", "is_error": False},
             now=NOW,
         )
-        late = runs.settle(
+        late = tool_calls.settle(
             session,
             task_id,
             "c0",
@@ -84,7 +95,7 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
         return first, late
 
     assert database.run_sync(lifecycle) == (True, False)
-    records = database.read_sync(lambda s: runs.calls_of_turn(s, task_id, 0))
+    records = database.read_sync(lambda s: tool_calls.calls_of_turn(s, task_id, 0))
     rows = database.read_sync(
         lambda s: {r.call_id: r for r in s.query(ToolCallRow).filter_by(task_id=task_id)}
     )
@@ -130,25 +141,25 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
     task = (await scheduler.schedule(make_spec())).task
     claimed = await scheduler.claim_next("w")
     lease = claimed.lease  # type: ignore[union-attr]
-    run = database.read_sync(lambda s: runs.load_run(s, task.task_id))
+    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert run is not None
 
     def advance(session: Transaction) -> int:
-        return runs.commit_transition(
+        return executions.commit_transition(
             session,
             run,
             lease.lease_id,
             phase="check_scheduler",
             turn=2,
             mailbox_position=1,
-            state={"system": "be brief", "nested": {"k": [1, 2]}},
+            state=STATE,
             now=NOW,
         )
 
     assert database.run_sync(advance) == run.version + 1
     with pytest.raises(StaleWrite):
         database.run_sync(advance)
-    after = database.read_sync(lambda s: runs.load_run(s, task.task_id))
+    after = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert after is not None
     assert (after.phase, after.turn, after.mailbox_position, after.version) == (
         "check_scheduler",
@@ -156,7 +167,7 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
         1,
         run.version + 1,
     )
-    assert after.state == {"system": "be brief", "nested": {"k": [1, 2]}}
+    assert after.state == STATE
 
 
 async def test_cursor_listeners_still_see_the_driver_path_statements(database: Database) -> None:
@@ -168,10 +179,10 @@ async def test_cursor_listeners_still_see_the_driver_path_statements(database: D
 
     event.listen(database.engine, "before_cursor_execute", grab)
     try:
-        database.read_sync(lambda s: runs.transcript(s, task_id))
-        database.run_sync(lambda s: runs.add_transcript_items(s, task_id, [], NOW))
-        items = [runs.NewItem("k", "user", "message", {"text": "x"})]
-        database.run_sync(lambda s: runs.add_transcript_items(s, task_id, items, NOW))
+        database.read_sync(lambda s: transcripts.transcript(s, task_id))
+        database.run_sync(lambda s: transcripts.add_transcript_items(s, task_id, [], NOW))
+        items = [transcripts.NewItem("k", "user", "message", {"text": "x"})]
+        database.run_sync(lambda s: transcripts.add_transcript_items(s, task_id, items, NOW))
     finally:
         event.remove(database.engine, "before_cursor_execute", grab)
     assert any(s.startswith("SELECT") and "transcript_items" in s for s in seen)

@@ -36,7 +36,7 @@ from adapters.github.surface import GitHubSurface
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
 from runtime.clock import SystemClock
 from runtime.outbox import OutboxDispatcher
-from runtime.store import runs
+from runtime.store import executions
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost, enqueue_post, posts_of_task
@@ -250,7 +250,7 @@ async def _progressed(live: Live, roots: list[str], timeout: float = 60) -> None
 
     async def turned(root: str) -> bool:
         task = await db.read(lambda s: q.latest_by_objective(s, f"slack:{team}/{CHANNEL}/{root}"))
-        run = await db.read(lambda s: runs.load_run(s, task.task_id)) if task else None
+        run = await db.read(lambda s: executions.load_run(s, task.task_id)) if task else None
         return run is not None and run.turn >= 1
 
     try:

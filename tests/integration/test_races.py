@@ -25,7 +25,7 @@ from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from routing.signal import Signal
 from runtime.clock import SystemClock
-from runtime.store import runs
+from runtime.store import executions, transcripts
 from runtime.store.models import ExecutionRow, MailboxMessageRow, TaskRow, ToolCallRow
 from runtime.store.records import TaskSpec, TaskStatus
 from runtime.threads import SlackThread
@@ -137,7 +137,7 @@ async def _follow_up_trial(bench: Bench, rng: random.Random, n: int) -> tuple[st
     thread = _race_thread(n)
     task_id = await _schedule(bench, thread, f"race {n}: fix it")
     # From the last turn on, the run is moments from completion: aim the follow-up there.
-    while (run := await bench.stack.db.read(lambda s: runs.load_run(s, task_id))) is None or (
+    while (run := await bench.stack.db.read(lambda s: executions.load_run(s, task_id))) is None or (
         run.turn < 1 and run.phase != "done"
     ):
         await asyncio.sleep(0.01)
@@ -157,7 +157,7 @@ def _fate(session: Any, task_id: str, thread: SlackThread, n: int) -> list[str]:
     ).all()
     seen = [
         e
-        for e in runs.transcript(session, task_id)
+        for e in transcripts.transcript(session, task_id)
         if e.item_key.startswith("mbx:") and text in str(e.payload)
     ]
     if messages and seen:

@@ -23,8 +23,8 @@ import yaml
 
 from adapters.demo.repo import create_sample_repo
 from runtime.scheduler import Scheduler
-from runtime.store import runs
 from runtime.store import tasks as q
+from runtime.store import tool_calls
 from runtime.store.engine import Database
 from runtime.store.outbox import posts_of_task
 from runtime.store.records import Task, TaskStatus
@@ -97,8 +97,8 @@ async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str
     raise AssertionError(f"{what}: not within {timeout}s")
 
 
-async def _only_call(db: Database, task_id: str) -> runs.ToolCallRecord | None:
-    calls = await db.read(lambda s: runs.all_calls(s, task_id))
+async def _only_call(db: Database, task_id: str) -> tool_calls.ToolCallRecord | None:
+    calls = await db.read(lambda s: tool_calls.all_calls(s, task_id))
     return calls[0] if calls else None
 
 
@@ -224,7 +224,9 @@ async def _ended(scheduler: Scheduler, task_id: str, timeout: float = 30) -> Non
     await _until(terminal, timeout, "the task never ended")
 
 
-async def _canceled_call(db: Database, scheduler: Scheduler, task_id: str) -> runs.ToolCallRecord:
+async def _canceled_call(
+    db: Database, scheduler: Scheduler, task_id: str
+) -> tool_calls.ToolCallRecord:
     """The task's one call, once both it and the task are canceled; closes ``db``."""
     final = await scheduler.get(task_id)
     call = await _only_call(db, task_id)

@@ -22,7 +22,7 @@ from adapters.web.auth import AdminAuth
 from adapters.web.metrics import Metrics, build_metrics
 from adapters.web.ui import build_ui
 from runtime.scheduler import Appended
-from runtime.store import outbox, runs, signals, views
+from runtime.store import outbox, signals, tool_calls, transcripts, views
 from runtime.store.records import TaskResult, TaskStatus
 from tests.factories import THREAD, make_spec, text_part
 from tests.harness import Stack, build_stack
@@ -82,7 +82,7 @@ async def produce_task(stack: Stack) -> RealTask:
 async def _until_waiting_on_sleep(stack: Stack, task_id: str) -> None:
     async with asyncio.timeout(10):
         while True:
-            calls = await stack.db.read(lambda s: runs.all_calls(s, task_id))
+            calls = await stack.db.read(lambda s: tool_calls.all_calls(s, task_id))
             if any(c.name == "sleep" and c.dispatch_state != "pending" for c in calls):
                 return
             await asyncio.sleep(0.02)
@@ -115,10 +115,10 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
 def record_recovered_calls(session: Any, task_id: str) -> None:
     """What recovery writes: a blind write settled ``interrupted``, and a late second report."""
     now = datetime.now(UTC)
-    runs.add_tool_call(
+    tool_calls.add_tool_call(
         session, task_id, "call_9_0", turn=9, idx=0, name="create_blind", args={}, effect="write"
     )
-    runs.add_transcript_item(
+    transcripts.add_transcript_item(
         session,
         task_id,
         "call:call_9_0",
@@ -127,11 +127,11 @@ def record_recovered_calls(session: Any, task_id: str) -> None:
         {"type": "tool_call", "call_id": "call_9_0", "name": "create_blind", "arguments": {}},
         now,
     )
-    runs.mark_dispatching(session, task_id, ["call_9_0"], {"call_9_0": now}, now)
+    tool_calls.mark_dispatching(session, task_id, ["call_9_0"], {"call_9_0": now}, now)
     lost = {"output": "interrupted: effect unknown", "is_error": True}
-    runs.settle(session, task_id, "call_9_0", outcome="interrupted", result=lost, now=now)
+    tool_calls.settle(session, task_id, "call_9_0", outcome="interrupted", result=lost, now=now)
     late = {"output": "value of a, again"}
-    assert not runs.settle(session, task_id, "call_0_0", outcome="ok", result=late, now=now)
+    assert not tool_calls.settle(session, task_id, "call_0_0", outcome="ok", result=late, now=now)
 
 
 def make_app(stack: Stack, server: ServerConfig, metrics: Metrics | None = None) -> FastAPI:

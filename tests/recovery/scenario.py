@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions, tool_calls, transcripts
 from runtime.store.engine import Database
 from runtime.store.models import MailboxMessageRow, TaskRow
 from runtime.store.records import TaskStatus
@@ -116,7 +116,7 @@ async def run_scenario(
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            run = await db.run(lambda s: runs.load_run(s, task.task_id))
+            run = await db.run(lambda s: executions.load_run(s, task.task_id))
             if not appended and run is not None and (run.turn >= 1 or worker.poll() is not None):
                 await scheduler.append_mailbox(
                     task.task_id, "followup-1", [text_part(FOLLOW_UP)], "U1"
@@ -157,8 +157,8 @@ async def _observe(db: Database, task_id: str, folder: Path) -> Outcome:
             task,
             children,
             messages,
-            runs.transcript(session, task_id),
-            runs.all_calls(session, task_id),
+            transcripts.transcript(session, task_id),
+            tool_calls.all_calls(session, task_id),
         )
 
     task, children, messages, entries, calls = await db.run(read)

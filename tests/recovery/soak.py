@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from runtime.clock import SystemClock
 from runtime.reporting import ThreadReporter
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions, tool_calls, transcripts
 from runtime.store.engine import Database
 from runtime.store.models import (
     ExecutionRow,
@@ -337,7 +337,7 @@ def check_round(session: Session, roots: dict[str, TaskPlan], folder: Path, tall
     effects = _effects(folder)
     for task in _tree(session, list(roots)):
         tally.tasks += 1
-        run = runs.load_run(session, task.task_id)
+        run = executions.load_run(session, task.task_id)
         if task.status not in TERMINAL or run is None or run.phase != "done":
             tally.flag("not_finished", f"{task.task_id} {task.status} {run and run.phase}")
             continue
@@ -353,7 +353,7 @@ def _check_writes(
 ) -> None:
     completion = _completions(session, task.task_id)
     body = completion[0].body if completion else ""
-    for call in runs.all_calls(session, task.task_id):
+    for call in tool_calls.all_calls(session, task.task_id):
         if call.name not in WRITES:
             continue
         tally.writes += 1
@@ -375,7 +375,8 @@ def _check_mailbox(session: Session, task: TaskRow, plan: TaskPlan | None, tally
             select(MailboxMessageRow.message_id).where(MailboxMessageRow.task_id == task.task_id)
         ).all()
     )
-    items = [e for e in runs.transcript(session, task.task_id) if e.item_key.startswith("mbx:")]
+    entries = transcripts.transcript(session, task.task_id)
+    items = [e for e in entries if e.item_key.startswith("mbx:")]
     if messages != expected or len(items) != expected:
         tally.flag("mailbox_not_once", f"{task.task_id}: {messages} messages, {len(items)} items")
 

@@ -27,7 +27,7 @@ from routing.intake import Router
 from routing.policy import RoutingPolicy
 from routing.signal import Signal
 from runtime.scheduler import Scheduler
-from runtime.store import runs
+from runtime.store import executions, transcripts
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.recovery.brief_main import IDENTITY, REPORT
@@ -106,7 +106,7 @@ async def _run(db_url: str, folder: Path, slack_url: str, task_id: str, fault: s
             if worker.poll() is not None:
                 killed = True
                 worker = _spawn(db_url, folder, slack_url, None)
-            run = await db.read(lambda s: runs.load_run(s, task_id))
+            run = await db.read(lambda s: executions.load_run(s, task_id))
             if run is not None and run.phase == "done":
                 return killed
             await asyncio.sleep(0.05)
@@ -121,7 +121,7 @@ async def _outcome(db_url: str, task_id: str) -> tuple[TaskStatus, list[str]]:
     db = Database.from_url(db_url)
     try:
         task = await Scheduler(db).get(task_id)
-        entries = await db.read(lambda s: runs.transcript(s, task_id))
+        entries = await db.read(lambda s: transcripts.transcript(s, task_id))
     finally:
         db.close()
     assert task is not None

@@ -1,0 +1,194 @@
+"""A task's run as data: the phases it moves through, which phase may follow which, and the
+state it carries from tick to tick.
+
+The graph is declared twice on purpose, once for each reader: ``SUCCESSORS`` for the runner,
+which refuses a transition the graph does not allow, and each phase function's return type
+(``Transition[Literal[...]]``) for mypy, which refuses a misspelt phase or an undeclared
+successor. A unit test holds the two to the same edges.
+
+``RunState`` is stored as JSON in ``executions.state``; its layout is the one the free dict
+had (absent keys for unset fields), so rows written before it load unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+Phase = Literal[
+    "load_context",
+    "check_scheduler",
+    "call_model",
+    "dispatch_tools",
+    "await_tools",
+    "advance_turn",
+    "report_terminal",
+    "report_failure",
+    "report_stopped",
+    "waiting",
+    "await_input",
+    "done",
+]
+
+PHASES: frozenset[Phase] = frozenset(get_args(Phase))
+FIRST_PHASE: Phase = "load_context"
+# Where any phase goes when it raises: the failure is reported on the next tick. The two
+# reporting-of-last-resort phases have no such edge (their failure is the tick's).
+ON_ERROR: Phase = "report_failure"
+_NO_ERROR_EDGE: frozenset[Phase] = frozenset({"report_failure", "done"})
+
+_AWAIT_TOOLS_NEXT: frozenset[Phase] = frozenset({"await_tools", "advance_turn"})
+SUCCESSORS: Mapping[Phase, frozenset[Phase]] = {
+    "load_context": frozenset({"check_scheduler"}),
+    "check_scheduler": frozenset({"call_model", "report_stopped", "report_failure"}),
+    "call_model": frozenset(
+        {"dispatch_tools", "report_terminal", "check_scheduler", "report_failure"}
+    ),
+    "dispatch_tools": frozenset({"dispatch_tools", "await_tools"}),
+    "await_tools": _AWAIT_TOOLS_NEXT,
+    # The name older rows have for await_tools.
+    "waiting": _AWAIT_TOOLS_NEXT,
+    "advance_turn": frozenset({"check_scheduler", "report_stopped", "report_failure"}),
+    "report_terminal": frozenset({"check_scheduler", "await_input", "done"}),
+    "await_input": frozenset({"await_input", "check_scheduler", "report_stopped", "done"}),
+    "report_failure": frozenset({"done"}),
+    "report_stopped": frozenset({"done"}),
+    "done": frozenset({"done"}),
+}
+
+
+def phase_named(name: str) -> Phase | None:
+    """The phase called ``name``, or None for a name this version does not know."""
+    for phase in PHASES:
+        if phase == name:
+            return phase
+    return None
+
+
+def may_follow(current: Phase, following: Phase) -> bool:
+    """Whether the graph lets ``following`` come after ``current``."""
+    if following == ON_ERROR and current not in _NO_ERROR_EDGE:
+        return True
+    return following in SUCCESSORS[current]
+
+
+# -- the state a run carries -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The agent limit that ended the run."""
+
+    name: str
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What went wrong, for ``report_failure``; ``kind`` and ``trace`` when a phase raised."""
+
+    phase: str
+    message: str
+    kind: str | None = None
+    trace: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"phase": self.phase, "message": self.message}
+        if self.kind is not None:
+            found["type"] = self.kind
+        if self.trace is not None:
+            found["trace"] = self.trace
+        return found
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Failure:
+        kind, trace = data.get("type"), data.get("trace")
+        return cls(
+            str(data.get("phase", "unknown phase")),
+            str(data.get("message", "")),
+            None if kind is None else str(kind),
+            None if trace is None else str(trace),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """Where the current activation of a resident task began: limits count from here."""
+
+    turn: int
+    since: datetime
+    tool_calls_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    system: str | None = None  # the system prompt, once load_context has read it
+    model_retries: int = 0  # consecutive transient model failures
+    limit: Limit | None = None
+    error: Failure | None = None
+    activation: Activation | None = None
+    # A resident task parked for its next event: until when, for how long each park lasts,
+    # and its last answer (the last two stay after a wake, for the summary of the next park).
+    idle_until: datetime | None = None
+    idle_lifetime_s: float | None = None
+    last_answer: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        if self.system is not None:
+            found["system"] = self.system
+        if self.model_retries:
+            found["model_retries"] = self.model_retries
+        if self.limit is not None:
+            found["limit"] = {"name": self.limit.name, "value": self.limit.value}
+        if self.error is not None:
+            found["error"] = self.error.to_json()
+        if self.activation is not None:
+            found["activation"] = {
+                "turn": self.activation.turn,
+                "since": self.activation.since.isoformat(),
+                "tool_calls_before": self.activation.tool_calls_before,
+            }
+        if self.idle_until is not None:
+            found["idle_until"] = self.idle_until.isoformat()
+        if self.idle_lifetime_s is not None:
+            found["idle_lifetime_s"] = self.idle_lifetime_s
+        if self.last_answer is not None:
+            found["last_answer"] = self.last_answer
+        return found
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunState:
+        """Reads every layout this column has held; keys it does not know are left out."""
+        system, limit, error = data.get("system"), data.get("limit"), data.get("error")
+        until, lifetime, answer = (
+            data.get("idle_until"), data.get("idle_lifetime_s"), data.get("last_answer")
+        )
+        return cls(
+            system=None if system is None else str(system),
+            model_retries=int(data.get("model_retries", 0)),
+            limit=Limit(str(limit["name"]), limit["value"]) if isinstance(limit, dict) else None,
+            error=_failure(error),
+            activation=_activation(data.get("activation")),
+            idle_until=datetime.fromisoformat(until) if isinstance(until, str) else None,
+            idle_lifetime_s=None if lifetime is None else float(lifetime),
+            last_answer=None if answer is None else str(answer),
+        )
+
+
+def _failure(value: Any) -> Failure | None:
+    if isinstance(value, dict):
+        return Failure.from_json(value)
+    return None if value is None else Failure("unknown phase", str(value))
+
+
+def _activation(value: Any) -> Activation | None:
+    if not isinstance(value, dict) or not isinstance(value.get("since"), str):
+        return None
+    return Activation(
+        int(value.get("turn", 0)),
+        datetime.fromisoformat(value["since"]),
+        int(value.get("tool_calls_before", 0)),
+    )

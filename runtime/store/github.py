@@ -10,13 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Table, delete, select, update
 from sqlalchemy.orm import Session
 
+from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import GitHubInboxRow, GitHubRedeliveryRow, SignalRow
+
+_HOLD = insert_ignoring(
+    cast(Table, GitHubInboxRow.__table__),
+    ["delivery_id", "event", "payload", "received_at", "attempts", "next_at", "last_error"],
+)
+_CLAIM = insert_ignoring(
+    cast(Table, GitHubRedeliveryRow.__table__),
+    ["guid", "hook_id", "delivered_at", "requested_at"],
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +50,7 @@ def hold(
         "next_at": now,
         "last_error": None,
     }
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(GitHubInboxRow).values(**values).on_conflict_do_nothing()
-    result = session.execute(statement)
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(_HOLD.execute(session, parameters(values)))
 
 
 def due(session: Session, now: datetime, limit: int) -> list[HeldDelivery]:
@@ -110,14 +115,8 @@ def claim_redelivery(
     session: Session, hook_id: int, guid: str, delivered_at: datetime, now: datetime
 ) -> bool:
     """Record that Keel asks for ``guid`` again; False if it was asked already (by anyone)."""
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = (
-        insert(GitHubRedeliveryRow)
-        .values(guid=guid, hook_id=hook_id, delivered_at=delivered_at, requested_at=now)
-        .on_conflict_do_nothing()
-    )
-    return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
+    values = {"guid": guid, "hook_id": hook_id, "delivered_at": delivered_at, "requested_at": now}
+    return bool(_CLAIM.execute(session, parameters(values)))
 
 
 def unclaim_redelivery(session: Session, guid: str) -> None:

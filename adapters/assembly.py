@@ -11,7 +11,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.briefing import build_briefing
 from adapters.checkouts import Checkouts
@@ -25,8 +25,8 @@ from adapters.github.webhook import GitHubWebhook
 from adapters.logs import register_secrets
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
-from adapters.web.ingress import RoutedSink
 from adapters.web.metrics import Metrics
+from adapters.web.sink import RoutedSink
 from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import Router
 from routing.permissions import CachedPermissions
@@ -34,7 +34,9 @@ from routing.policy import RoutingPolicy
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
 from runtime.errors import Permanent
+from runtime.executor.accounting import Accounting
 from runtime.executor.context import ExecutorContext
+from runtime.executor.fitting import Window
 from runtime.executor.runner import Runner
 from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
 from runtime.models.factory import build_provider
@@ -43,7 +45,6 @@ from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ReportingPolicy, ThreadReporter
 from runtime.scheduler import Scheduler
 from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
-from runtime.store.listen import PgListener
 from runtime.store.migrate import upgrade
 from runtime.store.records import Task
 from runtime.surfaces import Surface
@@ -52,6 +53,9 @@ from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
 from runtime.worker import Worker
 from runtime.workspace import Workspaces
+
+if TYPE_CHECKING:
+    from runtime.store.listen import PgListener
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +150,8 @@ class Keel:
         )
         self.sink = RoutedSink(self.router, self.metrics)
         if self.db.is_postgres:
+            from runtime.store.listen import PgListener  # psycopg: PostgreSQL only
+
             self._listener = PgListener(url, notifier)
 
     def migrate(self) -> None:
@@ -232,6 +238,13 @@ class Keel:
             briefing=self.briefing,
             workspace_for=self.checkouts.workspace_for,
             observe_phase=self.metrics.observe_phase,
+            window=Window(
+                context_window=cfg.model.context_window,
+                reply_tokens=cfg.model.max_output_tokens,
+                fit_ratio=cfg.model.fit_ratio,
+            ),
+            accounting=Accounting(cfg.model.model, cfg.model.prices),
+            observe_model_call=self.metrics.observe_model_call,
         )
         self.worker = Worker(
             self.scheduler,
@@ -316,6 +329,10 @@ class Keel:
         self._tasks.clear()
         if self._listener is not None:
             self._listener.stop()
+        if self.slack is not None:
+            from adapters.slack.workspaces import close_shared_sessions
+
+            await close_shared_sessions()
         self.db.close()
 
 

@@ -9,11 +9,11 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
-import httpx
 import typer
 
 from adapters.config import AppConfig
 from adapters.emulators.webhooks import sign_github, sign_slack
+from adapters.spend import spend_text, with_spend
 from runtime.config import redact_url
 from runtime.scheduler import Scheduler
 from runtime.store import views
@@ -86,14 +86,18 @@ def list_tasks(config: AppConfig, status: str | None, limit: int) -> None:
 
 def show_task(config: AppConfig, task_id: str) -> None:
     db = _db(config)
-    detail = db.read_sync(lambda s: views.task_detail(s, task_id))
+    found = db.read_sync(lambda s: with_spend(s, task_id))
     db.close()
-    if detail is None:
+    if found is None:
         typer.echo(f"no task {task_id}", err=True)
         raise typer.Exit(1)
+    detail, spent = found
     task = detail.task
     typer.echo(f"task {task.task_id}  {task.status.value}  agent {task.agent}")
     typer.echo(f"  message: {task.message}")
+    typer.echo(f"  model usage: {spend_text(spent.task)}")
+    if len(detail.tree) > 1:
+        typer.echo(f"  tree usage: {spend_text(spent.tree)}")
     if detail.execution:
         e = detail.execution
         typer.echo(f"  phase {e.phase}, turn {e.turn}, mailbox position {e.mailbox_position}")
@@ -179,6 +183,8 @@ def replay(config: AppConfig, path: Path, url: str) -> None:
             raise typer.BadParameter("slack.signing_secret is not configured")
         request = sign_slack(payload, secret.get_secret_value())
         target = url.rstrip("/") + "/slack/events"
+    import httpx
+
     response = httpx.post(target, content=request.body, headers=request.headers, timeout=10)
     typer.echo(f"{response.status_code} {response.text[:200]}")
     if response.status_code >= 400:

@@ -8,10 +8,12 @@ one-row INSERT + COMMIT. Target: ratio >= 0.5 on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,16 +64,23 @@ SCRIPT = {
 }
 
 
-def raw_commits_per_s(db: Database, seconds: float = 1.0) -> float:
+@dataclass(frozen=True, slots=True)
+class Rate:
+    per_s: float
+    cpu_ms_each: float  # this process's CPU time (all its threads) per commit or transition
+
+
+def raw_commits_per_s(db: Database, seconds: float = 1.0) -> Rate:
     with db.engine.begin() as conn:
         conn.execute(text("CREATE TABLE IF NOT EXISTS bench_rows (v TEXT)"))
     count = 0
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() - started < seconds:
         with db.transaction() as session:
             session.execute(text("INSERT INTO bench_rows (v) VALUES (:v)"), {"v": "x"})
         count += 1
-    return count / (time.perf_counter() - started)
+    spent = time.process_time() - cpu
+    return Rate(count / (time.perf_counter() - started), 1000 * spent / count)
 
 
 class TimedRunner(Runner):
@@ -86,7 +95,7 @@ class TimedRunner(Runner):
         return result
 
 
-async def transitions_per_s(db: Database) -> float:
+async def transitions_per_s(db: Database) -> Rate:
     scheduler = Scheduler(db, lease_seconds=30)
     agent = AgentConfig(tools=("instant",), limits=AgentLimits(max_turns=TURNS + 5))
     ctx = ExecutorContext(
@@ -97,14 +106,15 @@ async def transitions_per_s(db: Database) -> float:
     worker = Worker(scheduler, runner, concurrency=TASKS, poll_interval_s=0.01)
     ids = [(await scheduler.schedule(TaskSpec(agent="default", message="go"))).task.task_id
            for _ in range(TASKS)]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     running = asyncio.create_task(worker.run())
     for task_id in ids:  # sparse polling: the monitor must not compete for the database
         while not ((t := await scheduler.get(task_id)) and t.status.is_terminal):
             await asyncio.sleep(0.1)
     worker.stop()
     await running
-    return worker.ticks / (runner.last_tick_at - started)
+    spent = time.process_time() - cpu
+    return Rate(worker.ticks / (runner.last_tick_at - started), 1000 * spent / worker.ticks)
 
 
 def fresh(url_for: str) -> Database:
@@ -113,14 +123,24 @@ def fresh(url_for: str) -> Database:
     return db
 
 
-def measure(url_factory: Any) -> tuple[float, float]:
+def measure(url_factory: Any, cpu: list[tuple[float, float]]) -> tuple[float, float]:
+    """(transitions/s, commits/s) of one run; appends (CPU ms per transition, per commit)."""
     db = fresh(url_factory())
     try:
         baseline = raw_commits_per_s(db)
         value = asyncio.run(transitions_per_s(db))
-        return value, baseline
+        cpu.append((value.cpu_ms_each, baseline.cpu_ms_each))
+        return value.per_s, baseline.per_s
     finally:
         db.close()
+
+
+def cpu_figure(name: str, runs: list[tuple[float, float]], target: float) -> Figure:
+    """The worker's CPU per phase (the bench process is the worker: the monitor polls every
+    100 ms), median of the runs; baseline, for scale: CPU per raw commit."""
+    return Figure(name, statistics.median(c for c, _ in runs),
+                  statistics.median(b for _, b in runs), target, higher_is_better=False,
+                  judged_on="value")
 
 
 def sqlite_urls(folder: Path) -> Any:
@@ -143,15 +163,21 @@ def pg_urls() -> Any:
 
 def main() -> int:
     figures: list[Figure] = []
+    cpu: list[Figure] = []
+    sqlite_cpu: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as folder:
         figures.append(median_figure("executor_phases_per_s_sqlite", RUNS,
-                                     lambda: measure(sqlite_urls(Path(folder))), 0.5))
+                                     lambda: measure(sqlite_urls(Path(folder)), sqlite_cpu),
+                                     0.5))
+    cpu.append(cpu_figure("worker_cpu_ms_per_phase_sqlite", sqlite_cpu, 2.0))
     if postgres_available():
+        pg_cpu: list[tuple[float, float]] = []
         figures.append(median_figure("executor_phases_per_s_postgresql", RUNS,
-                                     lambda: measure(pg_urls()), 0.5))
+                                     lambda: measure(pg_urls(), pg_cpu), 0.5))
+        cpu.append(cpu_figure("worker_cpu_ms_per_phase_postgresql", pg_cpu, 3.0))
     else:
         print("PostgreSQL not reachable: skipping its figure", file=sys.stderr)
-    for figure in figures[1:]:
+    for figure in [*cpu, *figures[1:]]:
         print(figure.result_line())
     # The SQLite figure is the headline: it is printed last, under the issue's name.
     headline = figures[0]

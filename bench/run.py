@@ -35,6 +35,7 @@ BENCHMARKS = (
     ("scaleout", 200),
     ("memory", 120),
     ("ack", 60),
+    ("context_fit", 60),
 )
 RESULT = re.compile(
     r"^RESULT (?P<name>\S+) value=(?P<value>\S+) baseline=(?P<baseline>\S+) "
@@ -47,13 +48,14 @@ RESULT = re.compile(
 NOTES = {
     "executor_phases_per_s_postgresql": (
         "On PostgreSQL there is no group commit: each transition is a transaction of its own "
-        "through the thread pool (a pool checkout with its pre-ping, BEGIN, the fenced UPDATE "
-        "with the phase's records and the next phase's reads, COMMIT, each a round trip), "
-        "about 3 ms of worker CPU per transition against the baseline's one-row transaction, "
-        "and the worker and the PostgreSQL backends share the 2 cores. Sharing commits "
-        "between the tasks of one process, as on SQLite, is the lever; it is not done "
-        "because a row lock one task waits for would then stall every task of that process. "
-        "The issue's target is the SQLite figure."
+        "through the thread pool (BEGIN, the fenced UPDATE with the phase's records, the "
+        "next phase's reads, COMMIT: 4-6 statements, each a round trip to a server that "
+        "shares the 2 cores), against the baseline's one-row transaction. Done: no pool "
+        "pre-ping per checkout, NUL replacement in psycopg's dumpers instead of a cursor "
+        "listener (prepared statements go straight to the driver), which cut the worker's CPU "
+        "per phase to the `worker_cpu_ms_per_phase_postgresql` figure. Not done: psycopg "
+        "pipeline mode for a transition's writes, and sharing commits between the tasks of "
+        "one process with `SKIP LOCKED`/`NOWAIT` (a locked row retried alone)."
     ),
     "executor_phases_per_s": (
         "A transition is one write transaction (the version-fenced UPDATE with the phase's "
@@ -64,26 +66,21 @@ NOTES = {
         "run can land anywhere in 0.3-1.5; the figure is the median of 5."
     ),
     "ingest_p99_ack_ms_at_half_rate": (
-        "Half of Keel's maximum is half of a burst rate: during a 250-delivery burst the "
-        "outbox falls behind on the 👀 (the request path keeps the SQLite write lock busy), "
-        "so the burst runs faster than Keel can sustain once every delivery also costs its "
-        "ack. At half that rate each delivery costs the 6 request-path commits plus 2 outbox "
-        "commits, all fsync'd, which is most of the commit budget the baseline shows on this "
-        "disk, and p99 swings with fsync latency (50-350 ms between runs). Tried: each "
-        "phase starts only after the outbox drained the previous burst's acks. Fewer "
-        "commits per delivery (see `ingest_signals_per_s`) is the fix."
+        "Half of Keel's maximum rises as Keel gets faster (about 150-220/s now), and each "
+        "delivery also costs its 👀: an HTTP call to the provider and the outbox's two marks, "
+        "in the same interpreter as the request path. p99 swings with fsync latency and with "
+        "the other load on this shared host (30-150 ms between runs)."
     ),
     "ingest_signals_per_s": (
-        "Counted by wrapping `Database.run_sync`: one Slack mention or GitHub comment that "
-        "starts a task costs 8 write transactions, each an fsync'd commit under "
-        "`synchronous=FULL` — on the request path `Router.ingest` (admit), "
-        "`Router._new_task` (step), `Scheduler.schedule`, `Router._attempt`, "
-        "`Router._settle`, `Keel._acknowledge` (enqueue the 👀), then in the outbox "
-        "`OutboxDispatcher._send` (mark sending) and `_landed`. The baseline commits once. "
-        "Folding admit + schedule + attempt + settle + ack-enqueue into one transaction "
-        "(they are one decision) would bring the request path to 1-2 commits. The bare "
-        "baseline swung 330-1,640 deliveries/s between suite runs on this shared host "
-        "(fsync latency), Keel 58-125/s, so the ratio moves between about 0.07 and 0.23."
+        "The request path is one write transaction (group-committed on SQLite) of Core "
+        "statements compiled once, and the 👀 is one HTTP call on a kept-alive connection "
+        "plus two outbox marks. What is left is CPU in one interpreter: ~3.5 ms per delivery "
+        "(process CPU ÷ deliveries, acknowledgements included) against the bare endpoint's "
+        "~0.7 ms: FastAPI/Starlette's middleware stack and slack-bolt's dispatch, JSON "
+        "parsing, routing and the transaction, and sending the 👀 (aiohttp for Slack, "
+        "PyGithub/requests for GitHub, in threads that contend for the interpreter lock). "
+        "The bare baseline swings 300-1,500 deliveries/s between runs on this shared host, "
+        "so one run's ratio lands anywhere in 0.2-0.8; the figure is the median of 5."
     ),
     "growth_pending_signal_scan": (
         "`runtime/store/signals.py: pending_signals` filters on `signals.decision = "
@@ -100,6 +97,18 @@ NOTES = {
         "workers started and idle before the tasks are queued; medians of interleaved rounds."
     ),
     "memory_growth": "The growth target is for 10k tasks; see the detail line for the count.",
+    "memory_idle_rss": (
+        "Imported at start and kept: SQLAlchemy (~35 MB), PyGithub with requests and PyNaCl "
+        "(~22 MB: the GitHub client imports PyGithub at module level), slack_sdk and aiohttp; "
+        "`keel serve` adds FastAPI, Starlette, uvicorn and slack-bolt. Not imported any more "
+        "unless used: slack-bolt and the web framework by `keel worker`, httpx (OpenAI "
+        "provider, Slack file downloads), psycopg on SQLite, Alembic on a current database. "
+        "A lazy PyGithub import in `adapters/github/client.py` is the next step."
+    ),
+    "worker_cpu_ms_per_phase": (
+        "Process CPU of the worker ÷ phases: SQLAlchemy and the driver per statement, and "
+        "the event loop and thread hand-offs per transition."
+    ),
 }
 
 

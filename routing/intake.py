@@ -41,6 +41,7 @@ from routing.router import (
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
 from runtime.errors import KeelError, Retryable
+from runtime.executor.budget import answer_of
 from runtime.executor.faults import FaultPlan
 from runtime.ids import SignalId, TaskId
 from runtime.reporting import ReportingPolicy, enqueue_ack
@@ -272,6 +273,7 @@ class Router:
             return _result(admitted.record, duplicate=True)
         record = admitted.record
         if record.decision != PENDING:
+            self._refuse_in(session, record)
             return _result(record)
         outcome = self._apply_in(session, record, _route_of(record))
         if isinstance(outcome, _Again):
@@ -528,6 +530,29 @@ class Router:
                 body=_escalation_text(result.reason),
                 now=now,
             )
+
+    def _refuse_in(self, session: Transaction, record: SignalRecord) -> None:
+        """A budget's ``continue`` typed by someone who may not start tasks is answered in
+        the thread (a click on Continue is answered to the clicker alone by the adapter)."""
+        refused = record.decision == "drop" and record.reason == "unauthorised"
+        if not refused or record.kind == "action" or record.thread_ref is None:
+            return
+        if answer_of(record.text) != "continue" or self.reporting is None:
+            return
+        who = record.actor.get("name") or record.actor.get("id") or "someone"
+        enqueue_post(
+            session,
+            task_id="",
+            purpose="refusal",
+            thread=record.thread_ref.root,
+            key=f"refusal:{record.signal_id}",
+            action="post",
+            body=(
+                f"Not continuing on {who}'s word: only people who may start tasks here can "
+                "let a task spend more."
+            ),
+            now=self.clock.now(),
+        )
 
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""

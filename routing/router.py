@@ -144,6 +144,11 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         if active is None:
             return Drop("not_addressed", "stop with no active task")
         return Stop(active)
+    if signal.kind == "action" and signal.text == "continue":
+        # The Continue button under a budget's question: the reply `continue`, clicked.
+        if active is None:
+            return Drop("not_addressed", "continue with no active task")
+        return Append(active, key=signal.dedupe_key)
     if signal.kind in ("reaction", "action"):
         return Drop("not_addressed", f"a {signal.kind} is not a request")
     joins = active is not None and _joins(signal, active, policy)

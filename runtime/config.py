@@ -118,6 +118,15 @@ class DatabaseConfig(ConfigSection):
         return f"database: {self.backend} {redact_url(self.url)}"
 
 
+class ModelPrice(ConfigSection):
+    """US dollars per million tokens; cached prompt tokens cost ``cached_input_per_million``
+    when the provider reports them (else the input price)."""
+
+    input_per_million: float = Field(default=0, ge=0)
+    output_per_million: float = Field(default=0, ge=0)
+    cached_input_per_million: float | None = Field(default=None, ge=0)
+
+
 class ModelConfig(ConfigSection):
     # A first real run talks to a real model; the demo and the tests choose scripted.
     provider: Literal["openai", "scripted"] = "openai"
@@ -128,6 +137,13 @@ class ModelConfig(ConfigSection):
     script: Annotated[Path | None, BeforeValidator(blank_to_none)] = None
     # The model reads images: pictures attached in a thread are sent as image parts.
     vision: bool = False
+    # The model's context window in tokens. Requests are fitted into ``fit_ratio`` of it,
+    # minus ``max_output_tokens`` kept for the reply (also sent as the reply's bound).
+    context_window: int = Field(default=128_000, ge=1_000)
+    max_output_tokens: int = Field(default=4_096, ge=16)
+    fit_ratio: float = Field(default=0.8, gt=0.1, le=1.0)
+    # Prices by model name, for the cost shown per task and checked by budgets.
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
 
     def describe(self, source: SourceOf) -> str:
         match self.provider:
@@ -137,7 +153,11 @@ class ModelConfig(ConfigSection):
             case "openai":
                 key = "api key set" if self.api_key else f"{source('model.api_key')} not set"
                 vision = ", vision" if self.vision else ""
-                return f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision})"
+                priced = "priced" if self.model in self.prices else "no price set"
+                return (
+                    f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision}), "
+                    f"window {self.context_window} tokens, {priced}"
+                )
 
 
 class AgentLimits(ConfigSection):
@@ -147,6 +167,10 @@ class AgentLimits(ConfigSection):
     max_delegation_depth: int = Field(default=2, ge=0)
     fanout: int = Field(default=4, ge=1)
     tool_deadline_s: float = Field(default=900, gt=0)
+    # Budgets that ask: reaching one parks the task and asks its thread to continue or stop.
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    budget_answer_s: float = Field(default=86_400, gt=0)
 
 
 def _has_text_placeholder(template: str) -> str:

@@ -33,3 +33,8 @@ class StaleWrite(KeelError):
 
 class NotFound(Permanent):
     """A record or remote object that was expected to exist does not."""
+
+
+class ContextLengthExceeded(Permanent):
+    """The provider refused a request as longer than the model's context window: compacting
+    the conversation and asking again may succeed, repeating the same request will not."""

@@ -29,6 +29,7 @@ Phase = Literal[
     "report_stopped",
     "waiting",
     "await_input",
+    "await_budget",
     "done",
 ]
 
@@ -43,8 +44,15 @@ _AWAIT_TOOLS_NEXT: frozenset[Phase] = frozenset({"await_tools", "advance_turn"})
 SUCCESSORS: Mapping[Phase, frozenset[Phase]] = {
     "load_context": frozenset({"check_scheduler"}),
     "check_scheduler": frozenset({"call_model", "report_stopped", "report_failure"}),
+    # call_model again after a compaction's summary; await_budget when a budget is spent.
     "call_model": frozenset(
-        {"dispatch_tools", "report_terminal", "check_scheduler", "report_failure"}
+        {
+            "dispatch_tools", "report_terminal", "check_scheduler", "report_failure",
+            "call_model", "await_budget",
+        }
+    ),
+    "await_budget": frozenset(
+        {"await_budget", "check_scheduler", "report_failure", "report_stopped"}
     ),
     "dispatch_tools": frozenset({"dispatch_tools", "await_tools"}),
     "await_tools": _AWAIT_TOOLS_NEXT,
@@ -134,6 +142,16 @@ class RunState:
     idle_until: datetime | None = None
     idle_lifetime_s: float | None = None
     last_answer: str | None = None
+    # The context window (#16): characters per token as the provider's usage calibrated it;
+    # a compaction asked for by a context-length refusal; refusals so far as (turn, count).
+    chars_per_token: float | None = None
+    compact_pending: bool = False
+    context_overflows: tuple[int, int] | None = None
+    # Budgets that ask (#16): budgets granted by ``continue``; the open question; how a
+    # budget ended the run (outcome and summary, for report_failure).
+    budget_grants: int = 0
+    budget_ask: Mapping[str, Any] | None = None
+    budget_ended: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -157,6 +175,19 @@ class RunState:
             found["idle_lifetime_s"] = self.idle_lifetime_s
         if self.last_answer is not None:
             found["last_answer"] = self.last_answer
+        if self.chars_per_token is not None:
+            found["chars_per_token"] = self.chars_per_token
+        if self.compact_pending:
+            found["compact_pending"] = True
+        if self.context_overflows is not None:
+            turn, count = self.context_overflows
+            found["context_overflows"] = {"turn": turn, "count": count}
+        if self.budget_grants:
+            found["budget_grants"] = self.budget_grants
+        if self.budget_ask is not None:
+            found["budget_ask"] = dict(self.budget_ask)
+        if self.budget_ended is not None:
+            found["budget_ended"] = dict(self.budget_ended)
         return found
 
     @classmethod
@@ -175,7 +206,27 @@ class RunState:
             idle_until=datetime.fromisoformat(until) if isinstance(until, str) else None,
             idle_lifetime_s=None if lifetime is None else float(lifetime),
             last_answer=None if answer is None else str(answer),
+            chars_per_token=_number(data.get("chars_per_token")),
+            compact_pending=bool(data.get("compact_pending", False)),
+            context_overflows=_overflows(data.get("context_overflows")),
+            budget_grants=int(data.get("budget_grants", 0)),
+            budget_ask=_mapping(data.get("budget_ask")),
+            budget_ended=_mapping(data.get("budget_ended")),
         )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _overflows(value: Any) -> tuple[int, int] | None:
+    if not isinstance(value, dict):
+        return None
+    return int(value.get("turn", 0)), int(value.get("count", 0))
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return dict(value) if isinstance(value, dict) else None
 
 
 def _failure(value: Any) -> Failure | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from typing import NewType
 
 TaskId = NewType("TaskId", str)
@@ -12,16 +12,16 @@ SignalId = NewType("SignalId", str)
 
 
 def new_task_id() -> TaskId:
-    return TaskId("t_" + uuid.uuid4().hex[:20])
+    return TaskId("t_" + os.urandom(10).hex())
 
 
 def new_message_id() -> MessageId:
-    return MessageId("m_" + uuid.uuid4().hex[:20])
+    return MessageId("m_" + os.urandom(10).hex())
 
 
 def new_token() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 def new_signal_id() -> SignalId:
-    return SignalId("s_" + uuid.uuid4().hex[:20])
+    return SignalId("s_" + os.urandom(10).hex())

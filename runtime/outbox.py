@@ -82,11 +82,15 @@ class OutboxDispatcher:
             return 0
         try:
             recovering = post.state == "sending"
-            await self.db.run(
-                lambda s: outbox.mark(
-                    s, post.outbox_id, state="sending", attempts=post.attempts + 1
+            # A reaction is idempotent (one already there is success), so it needs no
+            # durable "sending" mark to reconcile by: it is simply sent again after a crash.
+            # Its tries are counted when one fails.
+            if post.action != "react":
+                await self.db.run(
+                    lambda s: outbox.mark(
+                        s, post.outbox_id, state="sending", attempts=post.attempts + 1
+                    )
                 )
-            )
             message = await self._deliver(surface, post, thread, recovering)
         except Retryable as e:
             await self._retry(post, e)
@@ -147,9 +151,13 @@ class OutboxDispatcher:
             else min(60.0, 2.0**post.attempts)
         )
         at = self.clock.now() + timedelta(seconds=delay)
-        # Keep "sending" so the next attempt reconciles before posting again.
+        # Keep "sending" so the next attempt reconciles before posting again; a reaction,
+        # never marked, counts this try here.
+        counted = {"attempts": post.attempts + 1} if post.action == "react" else {}
         await self.db.run(
-            lambda s: outbox.mark(s, post.outbox_id, next_attempt_at=at, last_error=str(error))
+            lambda s: outbox.mark(
+                s, post.outbox_id, next_attempt_at=at, last_error=str(error), **counted
+            )
         )
 
     async def _to_fallback(self, post: OutboxPost, thread: ThreadRef, error: Permanent) -> int:

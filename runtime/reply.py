@@ -18,6 +18,7 @@ class Reply:
     evidence: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     link: str | None = None
+    spend: str | None = None  # "12.4k tokens · $0.03 · 6 turns", the reply's last line
 
 
 def to_markdown(reply: Reply) -> str:
@@ -27,4 +28,6 @@ def to_markdown(reply: Reply) -> str:
     blocks += reply.notes
     if reply.link:
         blocks.append(f"Task details: {reply.link}")
+    if reply.spend:
+        blocks.append(f"_{reply.spend}_")
     return "\n\n".join(blocks)

@@ -8,17 +8,18 @@ key (task, purpose), so it lands at most once. A reply never claims what the led
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from runtime.clock import Clock
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reply import Reply, to_markdown
-from runtime.store import ledger, outbox, tool_calls
+from runtime.store import ledger, outbox, tool_calls, usage
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.tool_calls import ToolCallRecord
+from runtime.store.usage import UsageTotals
 from runtime.surfaces import Action
 from runtime.threads import ThreadRef
 
@@ -125,12 +126,14 @@ class ThreadReporter:
             return  # a daemon's no-op stays silent
         calls = tool_calls.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
+        spent = usage.tree_totals(session, task.root_id)
         body = completion_text(
             result,
             evidence,
             uncertain,
             refused=refused_writes(calls),
             link=self.policy.task_link(task.task_id),
+            spend=spend_line(spent) if spent.calls else None,
         )
         now = self.clock.now()
         outbox.enqueue_post(
@@ -158,6 +161,20 @@ def _done_label(result: TaskResult) -> str:
     }.get(result.status, result.status.value)
 
 
+def spend_line(totals: UsageTotals) -> str:
+    """"12.4k tokens · $0.03 · 6 turns": what the task's tree spent on its model."""
+    turns = f"{totals.turns} turn{'' if totals.turns == 1 else 's'}"
+    return f"{_tokens(totals.total_tokens)} tokens · ${totals.cost_usd:.2f} · {turns}"
+
+
+def _tokens(n: int) -> str:
+    if n < 1_000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1_000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
 def progress_text(task: Task, step: str) -> str:
     return f"⏳ Working on it: {step}"
 
@@ -178,9 +195,11 @@ def completion_text(
     *,
     refused: Sequence[str] = (),
     link: str | None = None,
+    spend: str | None = None,
 ) -> str:
     """The final reply; its headline is only as confident as the evidence below it."""
-    return to_markdown(completion_reply(result, evidence, uncertain, refused=refused, link=link))
+    reply = completion_reply(result, evidence, uncertain, refused=refused, link=link)
+    return to_markdown(replace(reply, spend=spend))
 
 
 def completion_reply(

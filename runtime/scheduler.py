@@ -127,10 +127,9 @@ class Scheduler:
             existing = q.find_child(session, parent.task_id, spec.child_key)
             if existing is not None:
                 return Scheduled(q.to_task(existing), created=False)
-        row = q.insert_task(session, new_task_id(), spec, parent, now)
-        session.flush()
+        task = q.insert_task(session, new_task_id(), spec, parent, now)
         self._notify_in(session)
-        return Scheduled(q.to_task(row), created=True)
+        return Scheduled(task, created=True)
 
     # -- claims and leases ----------------------------------------------------------------
 

@@ -122,3 +122,26 @@ class Explode:
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         return Unknown("n/a")
+
+
+class Blob:
+    """A read that returns ``size`` characters: a large file, a long log."""
+
+    name = "blob"
+    description = "Read a large output."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "size": {"type": "integer"}},
+    }
+    effect: Effect = "read"
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        line = f"{args.get('path')}: line of output\n"
+        size = int(args.get("size", 1000))
+        return Completed((line * (size // len(line) + 1))[:size])
+
+    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
+        return Pending()
+
+    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
+        return Unknown("reads are repeated, not reconciled")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import requests
 import urllib3.exceptions
-from github import Auth, Github, GithubException
+from github import Auth, Consts, Github, GithubException
 
 from adapters.config import GitHubConfig
 from adapters.github.errors import message_of, translate_github_error
@@ -250,25 +250,26 @@ class GitHubClient:
     async def react(self, ref: GitHubIssue, content: str) -> None:
         """React to the issue, or to the comment it names: an issue comment or, failing that,
         a review comment on a line of the pull request (GitHub numbers them apart)."""
+        # One POST: fetching the repository, issue and comment objects first (what
+        # ``create_reaction`` needs) would add three GETs to every acknowledgement.
+        target = f"comments/{ref.comment_id}" if ref.comment_id is not None else str(ref.number)
 
-        def react(gh: Github) -> None:
-            issue = gh.get_repo(ref.repo).get_issue(ref.number)
-            if ref.comment_id is None:
-                issue.create_reaction(content)
-            else:
-                issue.get_comment(ref.comment_id).create_reaction(content)
+        def post(path: str) -> Callable[[Github], None]:
+            def react(gh: Github) -> None:
+                gh.requester.requestJsonAndCheck(
+                    "POST", path, input={"content": content},
+                    headers={"Accept": Consts.mediaTypeReactionsPreview},
+                )
 
-        def react_review_comment(gh: Github) -> None:
-            pull = gh.get_repo(ref.repo).get_pull(ref.number)
-            assert ref.comment_id is not None
-            pull.get_review_comment(ref.comment_id).create_reaction(content)
+            return react
 
         try:
-            await self.call(react, repo=ref.repo)
+            await self.call(post(f"/repos/{ref.repo}/issues/{target}/reactions"), repo=ref.repo)
         except NotFound:
             if ref.comment_id is None:
                 raise
-            await self.call(react_review_comment, repo=ref.repo)
+            review_comment = f"/repos/{ref.repo}/pulls/comments/{ref.comment_id}/reactions"
+            await self.call(post(review_comment), repo=ref.repo)
 
     # -- pull requests and CI ---------------------------------------------------------------
 

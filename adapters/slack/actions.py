@@ -2,7 +2,8 @@
 
 A click on a ``keel:<name>`` button becomes a Signal of kind ``action`` (``signal_from_click``,
 pure) and goes to the same sink as events: the Stop button stops the thread's task exactly
-as a 🛑 would, with the same authorisation. The click is acknowledged after the Signal is
+as a 🛑 would, with the same authorisation; the Continue button under a budget's question
+is the reply ``continue``. The click is acknowledged after the Signal is
 committed; a second click of the same button finds the stop already recorded, so the task
 stops once. A click Keel refuses (not allowed, or nothing left to stop) is answered with a
 message only the clicker sees (chat.postEphemeral), after the acknowledgement.
@@ -31,8 +32,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _REFUSALS = {
-    "unauthorised": "Sorry, you are not allowed to stop this task.",
-    "not_addressed": "There is nothing to stop here: this task has already finished.",
+    ("stop", "unauthorised"): "Sorry, you are not allowed to stop this task.",
+    ("stop", "not_addressed"): "There is nothing to stop here: this task has already finished.",
+    ("continue", "unauthorised"): (
+        "Sorry, you are not allowed to let this task spend more; someone who may start tasks "
+        "here can."
+    ),
+    ("continue", "not_addressed"): (
+        "There is nothing to continue here: this task has already finished."
+    ),
 }
 
 
@@ -141,7 +149,8 @@ def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clo
 
 
 async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestResult) -> None:
-    text = _REFUSALS.get(result.reason or "") if result.decision == "drop" else None
+    refusal = (click.text, result.reason or "")
+    text = _REFUSALS.get(refusal) if result.decision == "drop" else None
     where = click.thread_ref
     if text is None or not isinstance(where, SlackThread):  # the thread, by its root
         return

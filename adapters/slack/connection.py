@@ -8,24 +8,21 @@ install flow. Either way every Web API call goes through ``workspaces.client(tea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from slack_bolt.async_app import AsyncApp
-from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
-from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
-
 from adapters.config import SlackConfig
-from adapters.slack.app import SLACK_INSTALL_PATH, SLACK_REDIRECT_PATH, SlackEvents
-from adapters.slack.bolt import build_bolt_app
-from adapters.slack.installations import DatabaseStateStore, SealedInstallationStore, Sealer
-from adapters.slack.socket_mode import SlackSocketMode
 from adapters.slack.surface import fetch_slack_identity, slack_client
 from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace
 from runtime.clock import Clock
 from runtime.store.engine import Database
 
 if TYPE_CHECKING:
+    from slack_bolt.async_app import AsyncApp
+    from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
+
+    from adapters.slack.app import SlackEvents
+    from adapters.slack.socket_mode import SlackSocketMode
     from adapters.web.ingress import SignalSink
 
 Workspaces = SingleWorkspace | InstalledWorkspaces
@@ -33,11 +30,18 @@ Workspaces = SingleWorkspace | InstalledWorkspaces
 
 @dataclass
 class SlackConnection:
+    """The bolt app (and with it slack-bolt, its web framework adapters and the OAuth flow)
+    is built on first use, by ``keel serve``'s routes or Socket Mode: ``keel worker`` only
+    needs the workspaces, and does not import slack-bolt at all."""
+
     config: SlackConfig
     workspaces: Workspaces
-    bolt: AsyncApp
     clock: Clock
+    db: Database
+    sink: SignalSink
+    public_url: str | None = None
     socket: SlackSocketMode | None = None
+    _bolt: AsyncApp | None = field(default=None, init=False, repr=False)
 
     @classmethod
     async def connect(
@@ -50,14 +54,26 @@ class SlackConnection:
         public_url: str | None = None,
     ) -> SlackConnection:
         workspaces = await _workspaces(config, db, clock)
-        flow = _oauth_flow(config, workspaces, db, clock, public_url)
-        bolt = build_bolt_app(workspaces, sink, clock, api_url=config.api_url, oauth_flow=flow)
-        return cls(config, workspaces, bolt, clock)
+        return cls(config, workspaces, clock, db, sink, public_url)
+
+    @property
+    def bolt(self) -> AsyncApp:
+        if self._bolt is None:
+            from adapters.slack.bolt import build_bolt_app
+
+            flow = _oauth_flow(self.config, self.workspaces, self.db, self.clock, self.public_url)
+            self._bolt = build_bolt_app(
+                self.workspaces, self.sink, self.clock, api_url=self.config.api_url,
+                oauth_flow=flow,
+            )
+        return self._bolt
 
     def http_routes(self) -> SlackEvents | None:
         """The signed HTTP routes, unless events come over Socket Mode."""
         if self.config.socket_mode or self.config.signing_secret is None:
             return None
+        from adapters.slack.app import SlackEvents
+
         secret = self.config.signing_secret.get_secret_value()
         return SlackEvents(self.bolt, signing_secret=secret, clock=self.clock)
 
@@ -65,6 +81,8 @@ class SlackConnection:
         """``/slack/install`` and ``/slack/oauth_redirect`` (OAuth mode, either transport)."""
         if not self.config.multi_workspace:
             return None
+        from adapters.slack.app import SlackEvents
+
         secret = self.config.signing_secret.get_secret_value() if self.config.signing_secret else ""
         return SlackEvents(self.bolt, signing_secret=secret, clock=self.clock)
 
@@ -72,6 +90,8 @@ class SlackConnection:
         if not self.config.socket_mode or self.socket is not None:
             return
         assert self.config.app_token is not None
+        from adapters.slack.socket_mode import SlackSocketMode
+
         self.socket = SlackSocketMode(
             self.bolt,
             app_token=self.config.app_token.get_secret_value(),
@@ -91,6 +111,8 @@ async def _workspaces(config: SlackConfig, db: Database, clock: Clock) -> Worksp
         return SingleWorkspace(client, await fetch_slack_identity(client))
     oauth = config.oauth
     assert oauth.client_id and oauth.client_secret and oauth.encryption_key
+    from adapters.slack.installations import SealedInstallationStore, Sealer
+
     store = SealedInstallationStore(db, Sealer(oauth.encryption_key.get_secret_value()), clock)
     return InstalledWorkspaces(
         store,
@@ -110,6 +132,12 @@ def _oauth_flow(
 ) -> AsyncOAuthFlow | None:
     if not isinstance(workspaces, InstalledWorkspaces):
         return None
+    from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
+    from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+
+    from adapters.slack.app import SLACK_INSTALL_PATH, SLACK_REDIRECT_PATH
+    from adapters.slack.installations import DatabaseStateStore
+
     oauth = config.oauth
     assert oauth.client_secret is not None
     # Without one, Slack sends people back to the app's only configured redirect URL.

@@ -10,15 +10,16 @@ sign-in page rather than an error; that is recognised and named.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Download, FileRef
 from runtime.config import ContextConfig
 from runtime.errors import Permanent, Retryable
+
+if TYPE_CHECKING:  # httpx (~18 MB with its CLI's imports) loads on the first download
+    import httpx
 
 MAX_DOWNLOADS = 10
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -79,6 +80,8 @@ class SlackFiles:
         return None
 
     async def _get(self, url: str, limit: int) -> bytes:
+        import httpx
+
         headers = {"Authorization": f"Bearer {self._token}"}
         timeout = self.settings.request_timeout_s
         try:

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+import weakref
+from typing import TYPE_CHECKING, Any, Protocol
 
+import aiohttp
 from slack_sdk.errors import SlackApiError, SlackTokenRotationError
 from slack_sdk.oauth.installation_store.models.bot import Bot
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.installations import SealedInstallationStore
 from adapters.slack.signals import SlackIdentity
 from runtime.errors import Permanent, Retryable
+
+if TYPE_CHECKING:  # OAuth mode only: sealing imports cryptography (~6 MB)
+    from adapters.slack.installations import SealedInstallationStore
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,42 @@ class SlackClients(Protocol):
 
 def web_client(token: str | None, api_url: str, timeout_s: int = 30) -> AsyncWebClient:
     # No retry handlers: the Web API is all POSTs, and a blind repeat could post twice.
-    return AsyncWebClient(token=token, base_url=api_url, timeout=timeout_s, retry_handlers=[])
+    return PooledWebClient(token=token, base_url=api_url, timeout=timeout_s, retry_handlers=[])
+
+
+class PooledWebClient(AsyncWebClient):
+    """An AsyncWebClient whose calls share one aiohttp session per event loop and timeout.
+
+    Without a session slack_sdk opens one per call, so every 👀 and post paid for a new
+    connector and TCP connection; the shared session keeps connections alive between calls.
+    Tokens travel in each request's headers, and the session keeps no cookies, so clients of
+    different workspaces can share it.
+    """
+
+    async def _request(self, *, http_verb: str, api_url: str, req_args: Any) -> Any:
+        self.session = shared_session(int(self.timeout))
+        return await super()._request(http_verb=http_verb, api_url=api_url, req_args=req_args)
+
+
+_SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, aiohttp.ClientSession]]
+_SESSIONS = weakref.WeakKeyDictionary()
+
+
+def shared_session(timeout_s: int) -> aiohttp.ClientSession:
+    """The running loop's session for Web API calls with this timeout."""
+    sessions = _SESSIONS.setdefault(asyncio.get_running_loop(), {})
+    session = sessions.get(timeout_s)
+    if session is None or session.closed:
+        session = sessions[timeout_s] = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s), cookie_jar=aiohttp.DummyCookieJar()
+        )
+    return session
+
+
+async def close_shared_sessions() -> None:
+    """Close the running loop's Web API sessions (Keel's stop)."""
+    for session in _SESSIONS.pop(asyncio.get_running_loop(), {}).values():
+        await session.close()
 
 
 class SingleWorkspace:

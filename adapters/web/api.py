@@ -15,8 +15,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from runtime.scheduler import Scheduler
 from runtime.store import views
-from runtime.store.engine import Database
+from runtime.store.engine import Database, Transaction
 from runtime.store.records import TaskStatus
+from runtime.store.usage import Spent, spent_of
 
 Auth = Callable[[Request], Awaitable[None]]
 
@@ -143,6 +144,26 @@ class SignalOut(_Out):
     received_at: datetime
 
 
+class UsageOut(_Out):
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    total_tokens: int
+    cost_usd: float
+
+
+class ModelCallOut(_Out):
+    call_key: str
+    purpose: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_usd: float
+    seconds: float
+
+
 class TaskDetailOut(_Out):
     task: TaskOut
     tree: list[TaskOut]
@@ -154,6 +175,10 @@ class TaskDetailOut(_Out):
     evidence: list[EvidenceOut]
     outbox: list[OutboxOut]
     signals: list[SignalOut]
+    # The task's model calls and what they used: the task's own, and its whole tree's.
+    usage: UsageOut | None = None
+    tree_usage: UsageOut | None = None
+    model_calls: list[ModelCallOut] = []
 
 
 class CancelOut(_Out):
@@ -186,10 +211,18 @@ def build_api(db: Database, scheduler: Scheduler, *, auth: Auth) -> APIRouter:
 
     @router.get("/tasks/{task_id}", responses=_NOT_FOUND)
     async def show_task(task_id: str) -> TaskDetailOut:
-        detail = await db.read(lambda s: views.task_detail(s, task_id))
-        if detail is None:
+        found = await db.read(lambda s: _with_usage(s, task_id))
+        if found is None:
             raise HTTPException(404, f"no task {task_id}")
-        return TaskDetailOut.model_validate(detail)
+        detail, spent = found
+        out = TaskDetailOut.model_validate(detail)
+        return out.model_copy(
+            update={
+                "usage": UsageOut.model_validate(spent.task.to_json()),
+                "tree_usage": UsageOut.model_validate(spent.tree.to_json()),
+                "model_calls": [ModelCallOut.model_validate(c) for c in spent.calls],
+            }
+        )
 
     @router.post(
         "/tasks/{task_id}/cancel",
@@ -209,6 +242,13 @@ def build_api(db: Database, scheduler: Scheduler, *, auth: Auth) -> APIRouter:
         )
 
     return router
+
+
+def _with_usage(session: Transaction, task_id: str) -> tuple[views.TaskDetail, Spent] | None:
+    detail = views.task_detail(session, task_id)
+    if detail is None:
+        return None
+    return detail, spent_of(session, detail.task.task_id, detail.task.root_id)
 
 
 async def _ensure_active(scheduler: Scheduler, task_id: str) -> None:

@@ -7,8 +7,6 @@ the sink returned (the sink commits the Signal and its route decision). A sink t
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
@@ -22,56 +20,16 @@ from adapters.slack.app import (
     SLACK_INTERACTIVITY_PATH,
     SLACK_REDIRECT_PATH,
 )
-from adapters.web.metrics import Metrics
-from routing.intake import IngestResult, Router
-from routing.signal import Ignored, Signal
-
-log = logging.getLogger(__name__)
+from adapters.web.sink import RoutedSink, SignalSink
 
 GITHUB_WEBHOOK_PATH = "/github/webhook"
+__all__ = ["GITHUB_WEBHOOK_PATH", "RoutedSink", "SignalSink", "create_ingress_router"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class SignalSink(Protocol):
-    """Where ingress puts each delivery; returns once it is durably recorded."""
-
-    async def accept(
-        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> IngestResult: ...
-
-
-class RoutedSink:
-    """The sink of ``keel serve``: routing's intake, with a log line and the ack latency."""
-
-    def __init__(self, router: Router, metrics: Metrics) -> None:
-        self.router = router
-        self.metrics = metrics
-
-    async def accept(
-        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> IngestResult:
-        started = time.monotonic()
-        result = await self.router.ingest(
-            outcome, provider=provider, delivery_id=delivery_id, raw_kind=raw_kind
-        )
-        log.info(
-            "signal %s: %s (%s)",
-            result.signal_id,
-            result.decision,
-            result.reason or "-",
-            extra={
-                "signal_id": result.signal_id,
-                "delivery_id": delivery_id,
-                "task_id": result.task_id,
-            },
-        )
-        self.metrics.observe_ack(time.monotonic() - started, provider)
-        return result
 
 
 class WebhookRoute(Protocol):

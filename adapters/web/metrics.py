@@ -8,16 +8,19 @@ tests, never share or collide on metric state.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Depends, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
-from starlette.responses import Response
 
-from runtime.store import views
+from runtime.models.base import Usage
+from runtime.store import usage, views
 from runtime.store.engine import Database
+
+if TYPE_CHECKING:  # the web framework is imported by build_metrics, which serve calls
+    from fastapi import APIRouter, Request
 
 _ACK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _PHASE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0)
@@ -42,6 +45,13 @@ class Metrics:
             buckets=_ACK_BUCKETS,
             registry=self.registry,
         )
+        self._model_call = Histogram(
+            "keel_model_call_seconds",
+            "Time one model call took, by purpose (turn or compaction).",
+            ["purpose"],
+            buckets=_PHASE_BUCKETS,
+            registry=self.registry,
+        )
         self._outbox_failures = Counter(
             "keel_outbox_failures",
             "Outbox posts that failed an attempt.",
@@ -61,6 +71,9 @@ class Metrics:
     def observe_phase(self, phase: str, seconds: float) -> None:
         self._phase.labels(phase=phase).observe(seconds)
 
+    def observe_model_call(self, purpose: str, usage: Usage | None, seconds: float) -> None:
+        self._model_call.labels(purpose=purpose).observe(seconds)
+
     def observe_ack(self, seconds: float, provider: str) -> None:
         self._ack.labels(provider=provider).observe(seconds)
 
@@ -71,8 +84,9 @@ class Metrics:
 class _CountsCollector(Collector):
     """One scrape's database counts, as metric families."""
 
-    def __init__(self, counts: views.Counts) -> None:
+    def __init__(self, counts: views.Counts, tokens: dict[str, int]) -> None:
         self.counts = counts
+        self.tokens = tokens
 
     def collect(self) -> Iterator[Metric]:
         signals = CounterMetricFamily(
@@ -88,13 +102,18 @@ class _CountsCollector(Collector):
         )
         for outcome, n in sorted(self.counts.tool_outcomes.items()):
             tools.add_metric([outcome], n)
-        yield from (signals, tasks, tools)
+        tokens = CounterMetricFamily(
+            "keel_model_tokens", "Model tokens used, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted(self.tokens.items()):
+            tokens.add_metric([kind], n)
+        yield from (signals, tasks, tools, tokens)
 
 
-def render(metrics: Metrics, counts: views.Counts) -> bytes:
+def render(metrics: Metrics, counts: views.Counts, tokens: dict[str, int] | None = None) -> bytes:
     """The exposition text: in-process families, then this scrape's database counts."""
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(_CountsCollector(counts))
+    scrape.register(_CountsCollector(counts, tokens or {}))
     return generate_latest(metrics.registry) + generate_latest(scrape)
 
 
@@ -106,13 +125,17 @@ def build_metrics(
 ) -> APIRouter:
     """``GET /metrics``; pass the app's ``Metrics`` so what it observes is served, and ``auth``
     unless the counts may be read by anyone who can reach the server."""
+    from fastapi import APIRouter, Depends
+    from starlette.responses import Response
+
     observed = metrics if metrics is not None else Metrics()
     guard = [Depends(auth)] if auth is not None else []
     router = APIRouter(tags=["metrics"], dependencies=guard)
 
     @router.get("/metrics", response_class=Response)
-    async def scrape() -> Response:
+    async def scrape() -> Any:
         counts = await db.read(views.counts)
-        return Response(render(observed, counts), media_type=CONTENT_TYPE_LATEST)
+        tokens = await db.read(usage.tokens_by_kind)
+        return Response(render(observed, counts, tokens), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
+from adapters.spend import spend_text, with_spend
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
 from runtime.reporting import is_daemon
 from runtime.store import views
@@ -136,6 +137,7 @@ def make_environment() -> Environment:
     env.filters["when"] = _when
     env.filters["seconds"] = _seconds
     env.filters["clip"] = _clip
+    env.filters["spend"] = spend_text
     env.globals["strength_labels"] = STRENGTH_LABELS
     env.globals["daemon_badge"] = daemon_badge
     return env
@@ -174,9 +176,10 @@ def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIR
 
     @router.get("/tasks/{task_id}")
     async def task_page(request: Request, task_id: str) -> HTMLResponse:
-        detail = await db.read(lambda s: views.task_detail(s, task_id))
-        if detail is None:
+        found = await db.read(lambda s: with_spend(s, task_id))
+        if found is None:
             raise HTTPException(404, f"no task {task_id}")
+        detail, spent = found
         live = not detail.task.status.is_terminal or (
             detail.execution is not None and detail.execution.phase != "done"
         )
@@ -185,6 +188,7 @@ def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIR
             "task.html",
             detail=detail,
             rows=transcript_rows(detail),
+            spent=spent,
             refresh=REFRESH_SECONDS if live else None,
         )
 

@@ -178,3 +178,25 @@ async def _sender(ctx: ExecutorContext, message: MailboxMessage) -> Sender:
     except Exception:  # boundary: a name lookup never holds up the follow-up itself
         log.warning("could not resolve the sender of message %s", message.message_id)
         return known
+
+
+async def follow_up_items(
+    ctx: ExecutorContext, task: Task, messages: Sequence[MailboxMessage]
+) -> list[transcripts.NewItem]:
+    """Mailbox messages as the transcript's user items, rendered with the agent's template."""
+    template = ctx.agent(task.agent).mailbox_template
+    who = await senders(ctx, messages)
+    return [
+        transcripts.NewItem(
+            tx.mailbox_key(message.message_id),
+            "user",
+            "mailbox",
+            {
+                "type": "user_text",
+                "text": tx.render_mailbox(template, message, who[message.message_id]),
+                "message_id": message.message_id,
+                "seq": message.seq,
+            },
+        )
+        for message in messages
+    ]

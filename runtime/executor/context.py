@@ -13,8 +13,10 @@ from runtime.brief.port import Briefing
 from runtime.clock import Clock
 from runtime.config import AgentConfig
 from runtime.execution import Phase, RunState
+from runtime.executor.accounting import Accounting
 from runtime.executor.faults import FaultPlan
-from runtime.models.base import ModelProvider
+from runtime.executor.fitting import Window
+from runtime.models.base import ModelProvider, Purpose, Usage
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, Transaction
 from runtime.store.records import Task, TaskResult
@@ -120,6 +122,12 @@ class ExecutorContext:
     poll_interval_s: float = 0.5
     background: set[asyncio.Task[None]] = field(default_factory=set)
     observe_phase: Callable[[str, float], None] = lambda phase, seconds: None
+    # The model's window, and how its calls are priced.
+    window: Window = field(default_factory=Window)
+    accounting: Accounting = field(default_factory=Accounting)
+    observe_model_call: Callable[[Purpose, Usage | None, float], None] = (
+        lambda purpose, usage, seconds: None
+    )
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:

@@ -12,19 +12,20 @@ for the turns and hours of all the events before this one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from runtime.errors import Permanent, Retryable, StaleWrite
+from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
 from runtime.execution import Activation, Failure, Limit, Phase, RunState
-from runtime.executor import brief
+from runtime.executor import brief, budget, compaction
 from runtime.executor import transcript as tx
 from runtime.executor.context import After, ExecutorContext, Transition, Write
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
 from runtime.store import tasks as q
-from runtime.store import tool_calls, transcripts
+from runtime.store import tool_calls, transcripts, usage
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult, TaskStatus
@@ -132,24 +133,48 @@ async def check_scheduler(
 async def call_model(
     run: Run, task: Task, ctx: ExecutorContext
 ) -> Transition[
-    Literal["dispatch_tools", "report_terminal", "check_scheduler", "report_failure"]
+    Literal[
+        "dispatch_tools", "report_terminal", "check_scheduler", "report_failure", "call_model",
+        "await_budget",
+    ]
 ]:
+    parked = await budget.check(run, task, ctx)
+    if parked is not None:
+        return parked
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(agent)
     entries = await transcript_of(run, ctx)
+    system = run.state.system or ""
+    specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values())
+    fitted = compaction.fit_request(run, ctx, entries, system, specs)
+    if fitted.compaction is not None:
+        try:
+            return await compaction.compact(run, task, ctx, fitted.compaction)
+        except Retryable as e:
+            return _retry_model(run, e)
+        except Permanent as e:
+            message = f"summarising the work to fit the context window failed: {e}"
+            return failed(run, Failure("call_model", message))
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,
-        system=run.state.system or "",
-        items=tx.to_conversation(entries),
-        tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values()),
+        system=system,
+        items=fitted.items,
+        tools=specs,
+        max_tokens=ctx.window.reply_tokens,
     )
+    started = time.monotonic()
     try:
         response = await ctx.provider.complete(request)
+    except ContextLengthExceeded as e:
+        return compaction.after_overflow(run, e)
     except Retryable as e:
         return _retry_model(run, e)
     except Permanent as e:
         return failed(run, Failure("call_model", str(e)))
+    seconds = time.monotonic() - started
+    ctx.observe_model_call("turn", response.usage, seconds)
+    usage_call = ctx.accounting.call(f"turn:{run.turn}", "turn", response.usage, seconds)
     calls = response.tool_calls
     if calls:
         before = run.state.activation.tool_calls_before if run.state.activation else 0
@@ -188,11 +213,12 @@ async def call_model(
     def write(session: Transaction) -> None:
         transcripts.add_transcript_items(session, task.task_id, items, now)
         tool_calls.add_tool_calls(session, task.task_id, new_calls, now)
+        usage.record_call(session, task.task_id, task.root_id, usage_call, now)
         if calls:
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
 
-    state = replace(run.state, model_retries=0)
+    state = compaction.calibrated(run, request, response.usage)
     if calls:
         return goto(run, "dispatch_tools", state=state, writes=(write,))
     return goto(run, "report_terminal", state=state, writes=(write,))
@@ -241,6 +267,12 @@ async def report_failure(
     run: Run, task: Task, ctx: ExecutorContext
 ) -> Transition[Literal["done"]]:
     limit, error = run.state.limit, run.state.error
+    ended = run.state.budget_ended
+    if ended is not None:
+        outcome = str(ended.get("outcome"))
+        status = TaskStatus.canceled if outcome == "budget_stopped" else TaskStatus.failed
+        result = TaskResult(status, str(ended.get("summary", "")), {"outcome": outcome})
+        return _finish(run, task, ctx, result)
     if limit is not None:
         summary = f"stopped at a limit: {limit.name} ({limit.value})"
         detail: dict[str, Any] = {"outcome": f"limit:{limit.name}"}
@@ -324,7 +356,9 @@ async def _next_activation(
     entries = await transcript_of(run, ctx)
     calls_before = sum(1 for e in entries if e.kind == "tool_call")
     activation = Activation(run.turn + 1, now, calls_before)
-    state = replace(run.state, idle_until=None, activation=activation)
+    state = replace(
+        run.state, idle_until=None, activation=activation, budget_grants=0, budget_ask=None
+    )
     return goto(run, "check_scheduler", turn=run.turn + 1, state=state)
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from runtime.errors import StaleWrite
 from runtime.execution import Failure, Phase, may_follow
-from runtime.executor import dispatch, phases
+from runtime.executor import budget, dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
@@ -42,6 +42,7 @@ PHASES: dict[Phase, PhaseFn] = {
     "report_stopped": phases.report_stopped,
     "waiting": dispatch.await_tools,
     "await_input": phases.await_input,
+    "await_budget": budget.await_budget,
     "done": phases.done,
 }
 

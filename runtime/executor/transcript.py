@@ -57,10 +57,10 @@ def sender_part(message: MailboxMessage) -> dict[str, Any]:
 
 
 def to_conversation(entries: Sequence[TranscriptEntry]) -> tuple[ConversationItem, ...]:
-    return tuple(item for e in entries if (item := _to_item(e.payload)) is not None)
+    return tuple(item for e in entries if (item := to_item(e.payload)) is not None)
 
 
-def _to_item(payload: dict[str, Any]) -> ConversationItem | None:
+def to_item(payload: dict[str, Any]) -> ConversationItem | None:
     match payload.get("type"):
         case "user_text":
             images = tuple(

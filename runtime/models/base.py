@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +76,37 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
+# turn: the agent's next step; compaction: a summary of the work so far, asked for when the
+# conversation no longer fits the context window.
+Purpose = Literal["turn", "compaction"]
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
-    """One model call. ``turn`` counts from 0 and is stable across recovery of the same run."""
+    """One model call. ``turn`` counts from 0 and is stable across recovery of the same run.
+    ``max_tokens`` bounds the reply; None leaves it to the provider."""
 
     task_id: str
     turn: int
     system: str
     items: tuple[ConversationItem, ...]
     tools: tuple[ToolSpec, ...] = ()
+    purpose: Purpose = "turn"
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens the provider says a call used; ``cached_tokens`` is the part of the prompt it
+    served from its cache (0 when not reported)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +114,7 @@ class ModelResponse:
     """Items the model returned, in order: text, reasoning and tool calls."""
 
     items: tuple[AssistantText | Reasoning | ToolCallItem, ...] = field(default_factory=tuple)
+    usage: Usage | None = None
 
     @property
     def tool_calls(self) -> tuple[ToolCallItem, ...]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from runtime.errors import ConfigError
 from runtime.models.base import ModelProvider
-from runtime.models.openai import OpenAIProvider
 from runtime.models.scripted import ScriptedProvider
+
+if TYPE_CHECKING:  # imported when built: httpx is ~18 MB a scripted Keel does without
+    from runtime.models.openai import OpenAIProvider
 
 ProviderKind = Literal["openai", "scripted"]
 
@@ -28,6 +30,8 @@ def build_provider(kind: ProviderKind, **settings: Any) -> ModelProvider:
 
 
 def _build_openai(settings: dict[str, Any]) -> OpenAIProvider:
+    from runtime.models.openai import OpenAIProvider
+
     env_name = settings.pop("api_key_env", None)
     if env_name is not None:
         if settings.get("api_key"):

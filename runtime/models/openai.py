@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +23,7 @@ from typing import Any, assert_never
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runtime.errors import Permanent, Retryable
+from runtime.errors import ContextLengthExceeded, Permanent, Retryable
 from runtime.models.base import (
     AssistantText,
     ImagePart,
@@ -31,9 +33,12 @@ from runtime.models.base import (
     ToolCallItem,
     ToolResultItem,
     ToolSpec,
+    Usage,
     UserText,
     read_arguments,
 )
+
+log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
 OutputItem = AssistantText | Reasoning | ToolCallItem
@@ -41,6 +46,12 @@ OutputItem = AssistantText | Reasoning | ToolCallItem
 _TRANSIENT_STATUS = frozenset({408, 425, 429})
 _AUTH_STATUS = frozenset({401, 403})
 _SNIPPET = 300
+# How servers say a request is longer than the model's window (OpenAI, vLLM, LiteLLM, Ollama).
+_CONTEXT_LENGTH = re.compile(
+    r"context[_ ]length|maximum context|context window|too many tokens|prompt is too long", re.I
+)
+# Optional fields of ours a server may not know; dropped (once, with a warning) if refused.
+OPTIONAL_FIELDS = ("max_tokens", "tool_choice", "parallel_tool_calls")
 
 
 class OpenAIProvider:
@@ -56,6 +67,7 @@ class OpenAIProvider:
         "_api_key",
         "_backoff_base_s",
         "_backoff_max_s",
+        "_dropped",
         "_max_retries",
         "_max_retry_after_s",
         "_sleep",
@@ -91,15 +103,31 @@ class OpenAIProvider:
         self._backoff_base_s = backoff_base_s
         self._backoff_max_s = backoff_max_s
         self._max_retry_after_s = max_retry_after_s
+        self._dropped: set[str] = set()
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self.base_url!r}, model={self.model!r})"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        body = request_body(self.model, request)
         async with self._client() as client:
-            response = await self._post_with_retries(client, body)
+            while True:
+                body = request_body(self.model, request, dropped=self._dropped)
+                try:
+                    response = await self._post_with_retries(client, body)
+                    break
+                except _Refused as e:
+                    self._drop(e, body)
         return parse_completion(response.content, turn=request.turn, where=self._url)
+
+    def _drop(self, refused: _Refused, body: dict[str, Any]) -> None:
+        """Leave out an optional field the server named as unknown; else fail permanently."""
+        named = [f for f in OPTIONAL_FIELDS if f in body and f in refused.detail]
+        if not named:
+            raise Permanent(str(refused)) from refused
+        log.warning(
+            "model provider at %s refused %r; sending requests without it", self.base_url, named[0]
+        )
+        self._dropped.add(named[0])
 
     def _client(self) -> httpx.AsyncClient:
         headers = {"User-Agent": "keel-bot"}
@@ -152,10 +180,15 @@ class OpenAIProvider:
                 f"model provider rejected the API key (HTTP {status} from {self._url}); "
                 f"check the api key configured for model {self.model!r}. Server said: {detail}"
             )
-        raise Permanent(
+        message = (
             f"model provider refused the request for model {self.model!r} "
             f"(HTTP {status} from {self._url}): {detail}"
         )
+        if _CONTEXT_LENGTH.search(detail):
+            raise ContextLengthExceeded(message)
+        if status in (400, 422):
+            raise _Refused(message, detail)
+        raise Permanent(message)
 
     def _delay(self, attempt: int, failure: _Transient) -> float | None:
         """Seconds to wait before the next attempt, or None when waiting here is pointless."""
@@ -166,6 +199,14 @@ class OpenAIProvider:
         ceiling = min(self._backoff_max_s, self._backoff_base_s * 2.0**attempt)
         # Equal jitter: never less than half the ceiling, so backoff still grows per attempt.
         return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+class _Refused(Permanent):
+    """A 400/422 that may name an optional field the server does not accept."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,11 +233,20 @@ class _Borrowed(httpx.AsyncBaseTransport):
 # --- request wire format -------------------------------------------------------------------
 
 
-def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
-    """The JSON body of a chat-completions call for ``request``."""
+def request_body(
+    model: str, request: ModelRequest, *, dropped: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The JSON body of a chat-completions call for ``request``, without the ``dropped``
+    optional fields."""
     body: dict[str, Any] = {"model": model, "messages": list(_messages(request))}
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
     if request.tools:
         body["tools"] = [_function_tool(tool) for tool in request.tools]
+        body["tool_choice"] = "auto"
+        body["parallel_tool_calls"] = True
+    for name in dropped:
+        body.pop(name, None)
     return body
 
 
@@ -301,13 +351,26 @@ class _WireChoice(_Wire):
     message: _WireMessage
 
 
+class _PromptDetails(_Wire):
+    cached_tokens: int | None = None
+
+
+class _WireUsage(_Wire):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: _PromptDetails | None = None
+
+
 class _WireCompletion(_Wire):
     choices: list[_WireChoice]
+    usage: _WireUsage | None = None
 
 
 def parse_completion(content: bytes, *, turn: int, where: str) -> ModelResponse:
-    """Items of the first choice: reasoning, then text, then tool calls (ids kept)."""
-    message = _first_message(content, where)
+    """Items of the first choice: reasoning, then text, then tool calls (ids kept); and the
+    usage the server reported."""
+    completion = _completion(content, where)
+    message = completion.choices[0].message
     items: list[OutputItem] = []
     reasoning = message.reasoning_content or message.reasoning
     if reasoning:
@@ -317,10 +380,18 @@ def parse_completion(content: bytes, *, turn: int, where: str) -> ModelResponse:
         items.append(AssistantText(text))
     for index, call in enumerate(message.tool_calls or ()):
         items.append(_tool_call(call, turn=turn, index=index))
-    return ModelResponse(items=tuple(items))
+    return ModelResponse(items=tuple(items), usage=_usage(completion.usage))
 
 
-def _first_message(content: bytes, where: str) -> _WireMessage:
+def _usage(wire: _WireUsage | None) -> Usage | None:
+    if wire is None:
+        return None
+    details = wire.prompt_tokens_details
+    cached = details.cached_tokens if details is not None else None
+    return Usage(wire.prompt_tokens, wire.completion_tokens, cached or 0)
+
+
+def _completion(content: bytes, where: str) -> _WireCompletion:
     try:
         payload = json.loads(content)
     except ValueError as e:
@@ -333,7 +404,7 @@ def _first_message(content: bytes, where: str) -> _WireMessage:
         problem = _payload_error(payload) or "no 'choices' in the body"
         raise Permanent(f"malformed response from model provider at {where}: {problem}")
     try:
-        return _WireCompletion.model_validate(payload).choices[0].message
+        return _WireCompletion.model_validate(payload)
     except ValidationError as e:
         raise Permanent(
             f"malformed response from model provider at {where}: {_validation_summary(e)}"

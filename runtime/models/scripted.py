@@ -43,9 +43,11 @@ from runtime.models.base import (
     Reasoning,
     ToolCallItem,
     ToolResultItem,
+    Usage,
     UserText,
     read_arguments,
 )
+from runtime.models.size import item_chars, request_chars, tokens_of
 
 
 class ScriptMismatch(Permanent):
@@ -117,11 +119,16 @@ class ScriptedProvider:
         return self.reply(request)
 
     def reply(self, request: ModelRequest) -> ModelResponse:
-        """The scripted reply to ``request``; the same request always gets the same reply."""
+        """The scripted reply to ``request``; the same request always gets the same reply.
+
+        Usage is reported as if a token were four characters, so token accounting and the
+        context window's calibration see numbers a real provider would send."""
+        if request.purpose == "compaction":
+            return _with_usage(request, _summary(request))
         script = self._select(_first_user_text(request.items))
         turn = _turn(script, request.turn)
         _check_seen(script, request, turn)
-        return _response(turn, request.turn)
+        return _with_usage(request, _response(turn, request.turn))
 
     def _select(self, first_user_text: str) -> Script:
         for script in self.scripts:
@@ -175,6 +182,34 @@ def _visible_texts(items: Sequence[ConversationItem]) -> Iterator[str]:
                 yield text
             case ToolResultItem(output=output):
                 yield output
+
+
+SCRIPTED_CHARS_PER_TOKEN = 4
+
+
+def _with_usage(request: ModelRequest, response: ModelResponse) -> ModelResponse:
+    prompt = tokens_of(request_chars(request), SCRIPTED_CHARS_PER_TOKEN)
+    completion = tokens_of(
+        sum(item_chars(item) for item in response.items), SCRIPTED_CHARS_PER_TOKEN
+    )
+    return ModelResponse(response.items, Usage(prompt, completion))
+
+
+_CALLED = re.compile(r"assistant called (\w+)")
+_SAID = re.compile(r"^assistant: (.*)$", re.M)
+
+
+def _summary(request: ModelRequest) -> ModelResponse:
+    """A summary made of what the work shows: the tools it called and its last words."""
+    seen = "\n".join(_visible_texts(request.items))
+    calls = _CALLED.findall(seen)
+    said = _SAID.findall(seen)
+    text = (
+        f"Summary of the work so far: {len(calls)} tool call(s) "
+        f"({', '.join(dict.fromkeys(calls)) or 'none'}); "
+        f"last said: {said[-1][:200] if said else '(nothing)'}"
+    )
+    return ModelResponse((AssistantText(text),))
 
 
 def _first_user_text(items: Sequence[ConversationItem]) -> str:

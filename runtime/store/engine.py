@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ Transaction = Session
 UniqueViolation = IntegrityError
 
 DEFAULT_URL = "sqlite:///./keel.db"
+POOL_RECYCLE_S = 300
 
 
 def resolve_url(configured: str | None) -> str:
@@ -69,30 +71,46 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
         return _sqlite_engine(url, echo=echo)
     if parsed.drivername == "postgresql":
         url = str(parsed.set(drivername="postgresql+psycopg"))
+    # No pre-ping: it is a round trip on every checkout, i.e. on every transition. A
+    # connection that broke fails its transaction instead (``Retryable``, the caller tries
+    # again), and SQLAlchemy then invalidates every pooled connection older than the error,
+    # so the retry gets a fresh one; ``pool_recycle`` retires connections a proxy or the
+    # server may have dropped while idle.
     engine = create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
+        pool_recycle=POOL_RECYCLE_S, echo=echo,
     )
-    event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
+    event.listen(engine, "connect", _without_nul)
     return engine
 
 
-def _without_nul(
-    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
-) -> tuple[str, Any]:
+def _without_nul(dbapi_conn: Any, _record: Any) -> None:
     """PostgreSQL text cannot hold NUL, which a signed webhook or a URL may carry: it becomes
-    U+FFFD instead of an error (a 500 the provider would redeliver forever)."""
-    if isinstance(parameters, dict):
-        parameters = {k: _clean(v) for k, v in parameters.items()}
-    elif isinstance(parameters, list | tuple):
-        parameters = type(parameters)(
-            {k: _clean(v) for k, v in p.items()} if isinstance(p, dict) else _clean(p)
-            for p in parameters
-        )
-    return statement, parameters
+    U+FFFD instead of an error (a 500 the provider would redeliver forever). Done by the
+    driver's string dumpers, so no statement pays for a pass over its parameters in a cursor
+    listener, and the prepared statements (``runtime.store.prepared``) go straight to the
+    driver."""
+    adapters = getattr(dbapi_conn, "adapters", None)
+    if adapters is None:  # not psycopg 3
+        return
+    binary, text = _nul_free_dumpers()
+    adapters.register_dumper(str, binary)
+    adapters.register_dumper(str, text)  # registered last: it also serves PyFormat.AUTO
 
 
-def _clean(value: Any) -> Any:
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+@functools.cache
+def _nul_free_dumpers() -> tuple[type, type]:
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
+
+    class NulFreeBinary(StrBinaryDumper):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+    class NulFreeText(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+    return NulFreeBinary, NulFreeText
 
 
 def _sqlite_engine(url: str, *, echo: bool) -> Engine:

@@ -120,13 +120,19 @@ def commit_transition(
 # -- creation and leases ---------------------------------------------------------------------
 
 
+_INSERT_EXECUTION = Prepared(
+    cast(Table, ExecutionRow.__table__).insert().values(
+        task_id=bindparam("b_task_id"), phase=FIRST_PHASE, turn=0, mailbox_position=0,
+        state=bindparam("b_state"), version=0, updated_at=bindparam("b_now"),
+    )
+)
+
+
 def add_execution(session: Session, task_id: str, now: datetime) -> None:
-    """The new task's execution, at its first phase with an empty state."""
-    session.add(
-        ExecutionRow(
-            task_id=task_id, phase=FIRST_PHASE, turn=0, mailbox_position=0,
-            state=RunState().to_json(), version=0, updated_at=now,
-        )
+    """The new task's execution, at its first phase with an empty state (a Core insert: every
+    webhook that starts a task runs it)."""
+    _INSERT_EXECUTION.execute(
+        session, {"b_task_id": task_id, "b_state": RunState().to_json(), "b_now": now}
     )
 
 

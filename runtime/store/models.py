@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import Float, TypeDecorator
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -302,3 +302,26 @@ class GitHubRedeliveryRow(Base):
     hook_id: Mapped[int] = mapped_column(BigInteger)  # the failed attempt asked for again
     delivered_at: Mapped[datetime] = mapped_column(UtcDateTime)
     requested_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ModelCallRow(Base):
+    """One model call's usage, as the provider reported it; ``call_key`` names the call
+    within its task (``turn:<n>`` or ``compact:<seq>``), so a call is counted once."""
+
+    __tablename__ = "model_calls"
+    __table_args__ = (
+        UniqueConstraint("task_id", "call_key", name="uq_model_calls_task_call"),
+        Index("ix_model_calls_root", "root_id"),
+    )
+    model_call_id: Mapped[int] = mapped_column("id", AutoId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(40))
+    root_id: Mapped[str] = mapped_column(String(40))
+    call_key: Mapped[str] = mapped_column(String(100))
+    purpose: Mapped[str] = mapped_column(String(20))
+    model: Mapped[str] = mapped_column(String(200))
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_usd: Mapped[float] = mapped_column(Float)
+    seconds: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)

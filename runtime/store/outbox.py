@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, or_, select
+from sqlalchemy import Table, bindparam, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from runtime.store.inserts import insert_ignoring, parameters
-from runtime.store.models import OutboxRow
+from runtime.store.models import OutboxRow, UtcDateTime
+from runtime.store.prepared import Prepared
 from runtime.surfaces import Action
 from runtime.threads import ThreadRef
 
@@ -129,11 +130,27 @@ def due_posts(
     return [_to_post(r) for r in session.scalars(query)]
 
 
+_OUTBOX = cast(Table, OutboxRow.__table__)
+
+
 def mark(session: Session, outbox_id: int, **values: object) -> None:
-    row = session.get(OutboxRow, outbox_id)
-    if row is not None:
-        for name, value in values.items():
-            setattr(row, name, value)
+    """One Core UPDATE (no read of the row first): the outbox marks every post it sends."""
+    session.flush()
+    session.execute(update(_OUTBOX).where(_OUTBOX.c.id == outbox_id).values(**values))
+    _forget(session, outbox_id)
+
+
+_BODY_OF = Prepared(
+    select(_OUTBOX.c.body, _OUTBOX.c.actions).where(_OUTBOX.c.id == bindparam("b_id"))
+)
+_SET_LANDED = Prepared(
+    update(_OUTBOX)
+    .where(_OUTBOX.c.id == bindparam("b_id"))
+    .values(
+        state=bindparam("b_state"), landed_on=bindparam("b_on"),
+        landed_at=bindparam("b_at", type_=UtcDateTime), last_error=null(),
+    )
+)
 
 
 def landed(
@@ -146,16 +163,26 @@ def landed(
     now: datetime,
 ) -> None:
     """The post arrived at ``where``: landed, or stale if a newer body (or buttons) came in
-    while it was being sent."""
-    row = session.get(OutboxRow, outbox_id)
+    while it was being sent. Core statements: the outbox runs this for every post."""
+    session.flush()
+    row = _BODY_OF.first(session, {"b_id": outbox_id})
     if row is None:
         return
     sent = [a.to_json() for a in actions] or None
-    newer = row.body != body or (row.actions or None) != sent
-    row.state = "stale" if newer else "landed"
-    row.landed_on = where
-    row.landed_at = now
-    row.last_error = None
+    newer = row[0] != body or (row[1] or None) != sent
+    _SET_LANDED.execute(
+        session,
+        {"b_id": outbox_id, "b_state": "stale" if newer else "landed", "b_on": where,
+         "b_at": now},
+    )
+    _forget(session, outbox_id)
+
+
+def _forget(session: Session, outbox_id: int) -> None:
+    """A row this transaction loaded through the ORM is read again after a Core update."""
+    loaded = session.identity_map.get(session.identity_key(OutboxRow, outbox_id))
+    if loaded is not None:
+        session.expire(loaded)
 
 
 def posts_of_task(session: Session, task_id: str) -> list[OutboxPost]:

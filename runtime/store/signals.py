@@ -7,19 +7,21 @@ are the authority (``ON CONFLICT DO NOTHING``), the reads before the insert only
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import String, Table, bindparam, func, null, select, update
 from sqlalchemy.orm import Session
 
 from runtime.ids import SignalId, TaskId, new_signal_id
 from runtime.store import tasks as q
-from runtime.store.inserts import insert_ignoring, parameters
-from runtime.store.models import OutboxRow, RouteAttemptRow, SignalRow, TaskRow
+from runtime.store.inserts import insert_ignoring
+from runtime.store.models import OutboxRow, RouteAttemptRow, SignalRow, TaskRow, UtcDateTime
+from runtime.store.prepared import Prepared
 from runtime.store.records import TERMINAL, Task
 from runtime.threads import SlackThread, ThreadRef, parse_thread, text_of, thread_of
 
@@ -127,8 +129,8 @@ def admit(
     for _ in range(3):
         earlier = _by_delivery(session, facts.provider, facts.delivery_id)
         if earlier is not None:
-            return Redelivered(to_record(earlier))
-        is_duplicate = _by_dedupe_key(session, facts.dedupe_key) is not None
+            return Redelivered(earlier)
+        is_duplicate = _dedupe_key_taken(session, facts.dedupe_key)
         states = {key: objective_state(session, key) for key in dict.fromkeys(objective_keys)}
         verdict = choose(Admission(is_duplicate, MappingProxyType(states)))
         key = f"dup:{facts.provider}:{facts.delivery_id}" if is_duplicate else facts.dedupe_key
@@ -141,28 +143,49 @@ def admit(
 
 def objective_state(session: Session, objective_key: str) -> ObjectiveState:
     """Root tasks only: a delegated child never owns a thread's objective."""
-    roots = select(TaskRow).where(
-        TaskRow.objective_key == objective_key, TaskRow.parent_id.is_(None)
+    active, latest = q.newest_roots(session, objective_key)
+    terminal = latest if latest is not None and latest.status.is_terminal else None
+    return ObjectiveState(active=active, latest_terminal=terminal)
+
+
+_SIGNALS = cast(Table, SignalRow.__table__)
+_ATTEMPTS = cast(Table, RouteAttemptRow.__table__)
+_SET_DECISION = Prepared(
+    update(_SIGNALS)
+    .where(_SIGNALS.c.id == bindparam("b_signal_id"))
+    .values(
+        decision=bindparam("b_decision"), reason=bindparam("b_reason"),
+        task_id=bindparam("b_task_id"), plan=null(),
     )
-    newest_first = roots.order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
-    active = session.scalars(newest_first.where(TaskRow.status.not_in(_TERMINAL)).limit(1)).first()
-    latest = session.scalars(newest_first.limit(1)).first()
-    terminal = latest if latest is not None and latest.status in _TERMINAL else None
-    return ObjectiveState(
-        active=q.to_task(active) if active is not None else None,
-        latest_terminal=q.to_task(terminal) if terminal is not None else None,
-    )
+)
 
 
 def set_decision(
     session: Session, signal_id: str, decision: str, reason: str | None, task_id: str | None
 ) -> None:
     """The final decision; the plan it carried out is done with."""
-    session.execute(
-        update(SignalRow)
-        .where(SignalRow.signal_id == signal_id)
-        .values(decision=decision, reason=_fit(reason, 200), task_id=task_id, plan=None)
+    session.flush()
+    _SET_DECISION.execute(
+        session,
+        {"b_signal_id": signal_id, "b_decision": decision, "b_reason": _fit(reason, 200),
+         "b_task_id": task_id},
     )
+
+
+# The attempt's number is the next of its signal's, in the same statement as the insert.
+_ADD_ATTEMPT = Prepared(
+    _ATTEMPTS.insert().from_select(
+        ["signal_id", "attempt", "target_task_id", "idempotency_key", "outcome", "created_at"],
+        select(
+            bindparam("b_signal_id", type_=String),
+            func.coalesce(func.max(_ATTEMPTS.c.attempt), 0) + 1,
+            bindparam("b_target", type_=String),
+            bindparam("b_key", type_=String),
+            bindparam("b_outcome", type_=String),
+            bindparam("b_now", type_=UtcDateTime),
+        ).where(_ATTEMPTS.c.signal_id == bindparam("b_signal_id")),
+    )
+)
 
 
 def add_attempt(
@@ -173,22 +196,14 @@ def add_attempt(
     idempotency_key: str,
     outcome: str,
     now: datetime,
-) -> RouteAttempt:
+) -> None:
     """Record one try; attempts of a signal are numbered 1, 2, … in the order recorded."""
-    last = session.execute(
-        select(func.max(RouteAttemptRow.attempt)).where(RouteAttemptRow.signal_id == signal_id)
-    ).scalar_one()
-    row = RouteAttemptRow(
-        signal_id=signal_id,
-        attempt=(last or 0) + 1,
-        target_task_id=target_task_id,
-        idempotency_key=idempotency_key,
-        outcome=_fit(outcome, 40) or "",
-        created_at=now,
-    )
-    session.add(row)
     session.flush()
-    return _to_attempt(row)
+    _ADD_ATTEMPT.execute(
+        session,
+        {"b_signal_id": signal_id, "b_target": target_task_id, "b_key": idempotency_key,
+         "b_outcome": _fit(outcome, 40) or "", "b_now": now},
+    )
 
 
 def attempts_for(session: Session, signal_id: str) -> list[RouteAttempt]:
@@ -206,8 +221,7 @@ def get_signal(session: Session, signal_id: str) -> SignalRecord | None:
 
 
 def find_signal(session: Session, provider: str, delivery_id: str) -> SignalRecord | None:
-    row = _by_delivery(session, provider, delivery_id)
-    return to_record(row) if row is not None else None
+    return _by_delivery(session, provider, delivery_id)
 
 
 def pending_signals(session: Session, received_before: datetime, limit: int) -> list[SignalRecord]:
@@ -246,9 +260,7 @@ def owner_of_message(session: Session, message: SlackThread) -> tuple[str, Threa
 
 def task_created_under(session: Session, creation_key: str) -> Task | None:
     """The root task scheduled under ``creation_key`` (its child_key), if one was."""
-    query = select(TaskRow).where(TaskRow.parent_id.is_(None), TaskRow.child_key == creation_key)
-    row = session.scalars(query.order_by(TaskRow.created_at).limit(1)).first()
-    return q.to_task(row) if row is not None else None
+    return q.root_created_under(session, creation_key)
 
 
 def to_record(row: SignalRow) -> SignalRecord:
@@ -272,57 +284,86 @@ def to_record(row: SignalRow) -> SignalRecord:
     )
 
 
-_SIGNALS = cast(Table, SignalRow.__table__)
-# Either unique key may conflict: the delivery (a redelivery) or the dedupe key (another
-# delivery of one message). Column names: the signal's id is the column ``id``.
-_ADMIT = insert_ignoring(
-    _SIGNALS,
-    [
-        "id", "provider", "delivery_id", "dedupe_key", "kind", "thread_ref", "objective_key",
-        "actor", "text", "decision", "reason", "task_id", "received_at", "plan", "message_ref",
-        "url",
-    ],
+_SIGNAL_FIELDS = (
+    "signal_id", "provider", "delivery_id", "dedupe_key", "kind", "thread_ref",
+    "objective_key", "actor", "text", "decision", "reason", "task_id", "received_at", "plan",
+    "message_ref", "url",
 )
+_SIGNAL_COLUMNS = [_SIGNALS.c["id" if f == "signal_id" else f] for f in _SIGNAL_FIELDS]
+_BY_DELIVERY = Prepared(
+    select(*_SIGNAL_COLUMNS)
+    .where(
+        _SIGNALS.c.provider == bindparam("b_provider"),
+        _SIGNALS.c.delivery_id == bindparam("b_delivery_id"),
+    )
+    .limit(1)
+)
+_DEDUPE_KEY_TAKEN = Prepared(
+    select(_SIGNALS.c.id).where(_SIGNALS.c.dedupe_key == bindparam("b_key")).limit(1)
+)
+
+
+# Either unique key may conflict: the delivery (a redelivery) or the dedupe key (another
+# delivery of one message).
+_INSERT_SIGNAL = insert_ignoring(_SIGNALS, [column.name for column in _SIGNAL_COLUMNS])
+_COLUMN_OF = {f: column.name for f, column in zip(_SIGNAL_FIELDS, _SIGNAL_COLUMNS, strict=True)}
 
 
 def _insert(
     session: Session, facts: SignalFacts, dedupe_key: str, verdict: Verdict
 ) -> SignalRecord | None:
-    signal_id = new_signal_id()
-    values: dict[str, Any] = {
-        "id": signal_id,
-        "provider": facts.provider,
-        "delivery_id": facts.delivery_id,
-        "dedupe_key": dedupe_key,
-        "kind": _fit(facts.kind, 30),
-        "thread_ref": text_of(facts.thread_ref),
-        "objective_key": verdict.objective_key or facts.objective_key,
-        "actor": dict(facts.actor),
-        "text": facts.text,
-        "decision": verdict.decision,
-        "reason": _fit(verdict.reason, 200),
-        "task_id": verdict.task_id,
-        "received_at": facts.received_at,
-        "plan": dict(verdict.plan) if verdict.plan is not None else None,
-        "message_ref": text_of(facts.message_ref),
-        "url": facts.url,
-    }
-    if not _ADMIT.execute(session, parameters(values)):
-        return None
-    row = session.get(SignalRow, signal_id)
-    assert row is not None
-    return to_record(row)
-
-
-def _by_delivery(session: Session, provider: str, delivery_id: str) -> SignalRow | None:
-    query = select(SignalRow).where(
-        SignalRow.provider == provider, SignalRow.delivery_id == delivery_id
+    """Core insert that ignores a conflict; the record is made from what was written (the
+    JSON fields as they read back), not read again."""
+    record = SignalRecord(
+        signal_id=new_signal_id(),
+        provider=facts.provider,
+        delivery_id=facts.delivery_id,
+        dedupe_key=dedupe_key,
+        kind=_fit(facts.kind, 30) or "",
+        thread_ref=facts.thread_ref,
+        objective_key=verdict.objective_key or facts.objective_key,
+        actor=MappingProxyType(json.loads(json.dumps(dict(facts.actor)))),
+        text=facts.text,
+        decision=verdict.decision,
+        reason=_fit(verdict.reason, 200),
+        task_id=TaskId(verdict.task_id) if verdict.task_id else None,
+        received_at=facts.received_at.astimezone(UTC),
+        plan=(
+            MappingProxyType(json.loads(json.dumps(dict(verdict.plan))))
+            if verdict.plan is not None else None
+        ),
+        message_ref=facts.message_ref,
+        url=facts.url,
     )
-    return session.scalars(query).first()
+    values = {f"v_{_COLUMN_OF[f]}": getattr(record, f) for f in _SIGNAL_FIELDS}
+    values.update(
+        v_thread_ref=text_of(facts.thread_ref),
+        v_message_ref=text_of(facts.message_ref),
+        v_actor=dict(record.actor),
+        v_plan=dict(record.plan) if record.plan is not None else None,
+    )
+    session.flush()
+    if _INSERT_SIGNAL.execute(session, values) == 0:
+        return None
+    return record
 
 
-def _by_dedupe_key(session: Session, dedupe_key: str) -> SignalRow | None:
-    return session.scalars(select(SignalRow).where(SignalRow.dedupe_key == dedupe_key)).first()
+def _by_delivery(session: Session, provider: str, delivery_id: str) -> SignalRecord | None:
+    session.flush()
+    row = _BY_DELIVERY.first(session, {"b_provider": provider, "b_delivery_id": delivery_id})
+    if row is None:
+        return None
+    values = dict(zip(_SIGNAL_FIELDS, row, strict=True))
+    for name in ("thread_ref", "message_ref"):
+        values[name] = thread_of(values[name])
+    values["actor"] = MappingProxyType(dict(values["actor"]))
+    if values["plan"] is not None:
+        values["plan"] = MappingProxyType(dict(values["plan"]))
+    return SignalRecord(**values)
+
+
+def _dedupe_key_taken(session: Session, dedupe_key: str) -> bool:
+    return _DEDUPE_KEY_TAKEN.first(session, {"b_key": dedupe_key}) is not None
 
 
 def _to_attempt(row: RouteAttemptRow) -> RouteAttempt:

@@ -100,12 +100,54 @@ def read_task(session: Session, task_id: str, *, lock: bool = False) -> Task | N
     """
     session.flush()
     row = (_LOCK_TASK if lock else _READ_TASK).first(session, {"b_task_id": task_id})
-    if row is None:
-        return None
+    return _task_of(row) if row is not None else None
+
+
+def _task_of(row: Sequence[Any]) -> Task:
     values = list(row)
     values[_STATUS] = TaskStatus(values[_STATUS])
     values[_ORIGIN] = thread_of(values[_ORIGIN])
     return Task(*values)
+
+
+_ROOTS_OF = select(*(_TASKS.c["id" if f == "task_id" else f] for f in _TASK_FIELDS)).where(
+    _TASKS.c.objective_key == bindparam("b_objective"), _TASKS.c.parent_id.is_(None)
+)
+_NEWEST_FIRST = (_TASKS.c.created_at.desc(), _TASKS.c.id.desc())
+_NEWEST_ROOT = Prepared(_ROOTS_OF.order_by(*_NEWEST_FIRST).limit(1))
+_NEWEST_LIVE_ROOT = Prepared(
+    # One comparison per status: an IN list would be expanded per execution.
+    _ROOTS_OF.where(*(_TASKS.c.status != name for name in _TERMINAL_NAMES))
+    .order_by(*_NEWEST_FIRST)
+    .limit(1)
+)
+
+
+_ROOT_CREATED_UNDER = Prepared(
+    select(*(_TASKS.c["id" if f == "task_id" else f] for f in _TASK_FIELDS))
+    .where(_TASKS.c.parent_id.is_(None), _TASKS.c.child_key == bindparam("b_key"))
+    .order_by(_TASKS.c.created_at)
+    .limit(1)
+)
+
+
+def root_created_under(session: Session, creation_key: str) -> Task | None:
+    """The root task scheduled under ``creation_key`` (its child_key), if one was."""
+    session.flush()
+    row = _ROOT_CREATED_UNDER.first(session, {"b_key": creation_key})
+    return _task_of(row) if row is not None else None
+
+
+def newest_roots(session: Session, objective_key: str) -> tuple[Task | None, Task | None]:
+    """(the newest live root task, the newest root task) of an objective, without the ORM:
+    every webhook reads them. One statement when the newest is live or there is none."""
+    session.flush()
+    found = _NEWEST_ROOT.first(session, {"b_objective": objective_key})
+    newest = _task_of(found) if found is not None else None
+    if newest is None or not newest.status.is_terminal:
+        return newest, newest
+    live = _NEWEST_LIVE_ROOT.first(session, {"b_objective": objective_key})
+    return (_task_of(live) if live is not None else None), newest
 
 
 _TASK_CHANGES = Prepared(
@@ -163,35 +205,72 @@ def find_child(session: Session, parent_id: str, child_key: str) -> TaskRow | No
     return session.scalars(query).first()
 
 
+_INSERT_TASK = Prepared(
+    _TASKS.insert().values(
+        {
+            _TASKS.c["id" if f == "task_id" else f]: bindparam(f"b_{f}")
+            for f in _TASK_FIELDS
+            if f not in ("result", "cancel_requested_at", "finished_at")
+        }
+    )
+)
+_INSERT_STATUS_CHANGE = Prepared(
+    cast(Table, TaskStatusChangeRow.__table__).insert().values(
+        task_id=bindparam("b_task_id"), status=bindparam("b_status"), at=bindparam("b_now")
+    )
+)
+_INSERT_DELIVERY = Prepared(
+    cast(Table, DeliveryRow.__table__).insert().values(
+        task_id=bindparam("b_task_id"), token=bindparam("b_token"), reason=bindparam("b_reason"),
+        available_at=bindparam("b_available_at"), created_at=bindparam("b_now"),
+    )
+)
+
+
 def insert_task(
     session: Session, task_id: TaskId, spec: TaskSpec, parent: TaskRow | None, now: datetime
-) -> TaskRow:
+) -> Task:
+    """The task, its execution, its first status and its first delivery, as four Core
+    inserts (no ORM unit of work: every webhook that starts a task runs this)."""
     available_at = spec.available_at or now
     status = TaskStatus.queued if available_at <= now else TaskStatus.scheduled
-    row = TaskRow(
+    task = Task(
         task_id=task_id,
-        root_id=parent.root_id if parent else task_id,
-        parent_id=parent.task_id if parent else None,
+        root_id=TaskId(parent.root_id) if parent else task_id,
+        parent_id=TaskId(parent.task_id) if parent else None,
         child_key=spec.child_key,
         depth=parent.depth + 1 if parent else 0,
         agent=spec.agent,
-        status=status.value,
+        status=status,
         message=spec.message,
-        origin_thread_ref=text_of(spec.origin_thread_ref),
+        origin_thread_ref=spec.origin_thread_ref,
         objective_key=spec.objective_key,
         repo=spec.repo,
         follows_task_id=spec.follows_task_id,
         requested_by=spec.requested_by,
+        result=None,
         mailbox_seq=0,
+        cancel_requested_at=None,
         deadline_at=spec.deadline_at,
         created_at=now,
         status_changed_at=now,
+        finished_at=None,
     )
-    session.add(row)
+    session.flush()  # ORM work of this transaction goes first, in the order it was made
+    values = {f"b_{f}": getattr(task, f) for f in _TASK_FIELDS}
+    values["b_status"] = status.value
+    values["b_origin_thread_ref"] = text_of(spec.origin_thread_ref)
+    _INSERT_TASK.execute(session, values)
     executions.add_execution(session, task_id, now)
-    session.add(TaskStatusChangeRow(task_id=task_id, status=status.value, at=now))
-    add_delivery(session, task_id, "schedule", available_at, now)
-    return row
+    _INSERT_STATUS_CHANGE.execute(
+        session, {"b_task_id": task_id, "b_status": status.value, "b_now": now}
+    )
+    _INSERT_DELIVERY.execute(
+        session,
+        {"b_task_id": task_id, "b_token": new_token(), "b_reason": "schedule",
+         "b_available_at": available_at, "b_now": now},
+    )
+    return task
 
 
 def set_status(session: Session, row: TaskRow, status: TaskStatus, now: datetime) -> None:

@@ -16,8 +16,10 @@ from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
 from runtime.scheduler import Scheduler
+from runtime.store import usage
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
+from runtime.store.usage import ModelCall
 from tests.factories import app_key_pair, make_spec
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
@@ -52,6 +54,12 @@ async def test_tasks_commands_list_show_and_cancel_when_a_task_exists(
     assert listed.returncode == 0 and task.task_id in listed.stdout and "queued" in listed.stdout
     shown = _keel("tasks", "show", task.task_id, db_url=db_url, cwd=tmp_path)
     assert shown.returncode == 0 and "fix the flaky test" in shown.stdout
+    assert "model usage: no model calls yet" in shown.stdout
+    call = ModelCall("turn:0", "turn", "gpt-4o-mini", 12_000, 400, 2_000, 0.0031, 1.5)
+    await db.run(lambda s: usage.record_call(s, task.task_id, task.root_id, call, task.created_at))
+    shown = _keel("tasks", "show", task.task_id, db_url=db_url, cwd=tmp_path)
+    assert "model usage: 12,400 tokens (12,000 in, 2,000 cached, 400 out)" in shown.stdout
+    assert "$0.0031 · 1 model call" in shown.stdout
     canceled = _keel("tasks", "cancel", task.task_id, db_url=db_url, cwd=tmp_path)
     assert canceled.returncode == 0, canceled.stderr
     assert (await Scheduler(db).get(task.task_id)).cancel_requested_at is not None  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from runtime.errors import ConfigError, Permanent, Retryable
+from runtime.errors import ConfigError, ContextLengthExceeded, Permanent, Retryable
 from runtime.models.base import (
     AssistantText,
     ConversationItem,
@@ -33,6 +33,7 @@ from runtime.models.base import (
     ToolCallItem,
     ToolResultItem,
     ToolSpec,
+    Usage,
     UserText,
 )
 from runtime.models.factory import build_provider
@@ -282,6 +283,8 @@ async def test_tool_call_round_trip_sends_results_and_parses_calls_when_model_us
                 },
             }
         ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
     }
     assert sent.headers["authorization"] == f"Bearer {API_KEY}"
 
@@ -451,6 +454,51 @@ async def test_bad_request_is_permanent_with_server_message_when_server_returns_
     assert "HTTP 400" in str(caught.value)
     assert "Invalid schema for function 'run_command'" in str(caught.value)
     assert len(llm.received) == 1
+
+
+async def test_usage_is_parsed_with_cached_tokens_when_server_reports_them(
+    llm: CompletionsServer,
+) -> None:
+    reply = completion({"content": "ok"})
+    body = json.loads(reply.body)
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": 100}
+    llm.queue(Reply(body=json.dumps(body).encode()))
+
+    response = await make_provider(llm.base_url, RecordedSleep()).complete(make_request())
+
+    assert response.usage == Usage(120, 30, 100)
+
+
+async def test_context_length_error_is_its_own_kind_when_server_says_the_window_is_full(
+    llm: CompletionsServer,
+) -> None:
+    message = (
+        "This model's maximum context length is 128000 tokens. However, your messages "
+        "resulted in 131072 tokens. Please reduce the length of the messages."
+    )
+    llm.queue(error(400, message, code="context_length_exceeded"))
+
+    with pytest.raises(ContextLengthExceeded, match="maximum context length"):
+        await make_provider(llm.base_url, RecordedSleep()).complete(make_request())
+
+
+async def test_max_tokens_is_sent_then_dropped_when_the_server_rejects_the_field(
+    llm: CompletionsServer,
+) -> None:
+    llm.queue(
+        error(400, "Unsupported parameter: 'max_tokens' is not supported with this model."),
+        completion({"content": "ok"}),
+        completion({"content": "again"}),
+    )
+    provider = make_provider(llm.base_url, RecordedSleep())
+    request = replace(make_request(), max_tokens=512)
+
+    first = await provider.complete(request)
+    second = await provider.complete(request)
+
+    assert (first.items, second.items) == ((AssistantText("ok"),), (AssistantText("again"),))
+    sent = [r.json() for r in llm.received]
+    assert [b.get("max_tokens") for b in sent] == [512, None, None]
 
 
 async def test_unprocessable_is_permanent_with_detail_when_server_returns_422(

@@ -295,3 +295,54 @@ class _RefusingThread:
 
     async def react(self, target: ThreadRef, emoji: str) -> None:
         await self.inner.react(target, emoji)
+
+
+@dataclass
+class RefusedReactions(FakeSurface):
+    """Every reaction fails as Retryable (the provider is down for reactions)."""
+
+    tries: int = 0
+
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        self.tries += 1
+        raise Retryable("reactions are down")
+
+
+def _queue_reaction(db: Database, task_id: str, clock: ManualClock) -> None:
+    db.run_sync(
+        lambda s: outbox.enqueue_post(
+            s, task_id=task_id, purpose="ack", thread=ORIGIN, key="ack:s1", action="react",
+            body="eyes", now=clock.now(),
+        )
+    )
+
+
+async def test_a_reaction_is_never_marked_sending_and_its_failed_tries_still_count(
+    database: Database,
+) -> None:
+    """A 👀 is idempotent, so it skips the durable "sending" mark; without it the tries must
+    still be counted where they fail, or a provider refusing reactions would be asked forever."""
+    clock = ManualClock()
+    surface = RefusedReactions()
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock, max_attempts=3)
+    task_id = await _task(database)
+    _queue_reaction(database, task_id, clock)
+    for _ in range(5):
+        await dispatcher.run_once()
+        [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
+        assert row.state in ("pending", "failed")
+        clock.advance(120)
+    assert surface.tries == 3
+    assert row.state == "failed" and row.attempts == 2
+
+
+async def test_a_reaction_lands_without_a_sending_mark(database: Database) -> None:
+    clock = ManualClock()
+    surface = FakeSurface()
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock)
+    task_id = await _task(database)
+    _queue_reaction(database, task_id, clock)
+    assert await dispatcher.run_once() == 1
+    [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
+    assert row.state == "landed" and row.attempts == 0
+    assert surface.posts == [(ORIGIN, ":eyes:", "react")]

@@ -84,10 +84,13 @@ async def _ended(db: Database, task_id: str) -> Task:
     return task
 
 
-def _click(live: Live, message: SlackMessage, root_ts: str, user: str) -> dict[str, Any]:
-    """A ``block_actions`` payload for the Stop button on ``message``, as Slack sends it."""
+def _click(
+    live: Live, message: SlackMessage, root_ts: str, user: str, name: str = "stop"
+) -> dict[str, Any]:
+    """A ``block_actions`` payload for the ``name`` button (Stop) on ``message``, as Slack
+    sends it."""
     [_, actions] = message.blocks or [None, {"elements": []}]
-    [button] = actions["elements"]
+    [button] = [b for b in actions["elements"] if b["action_id"] == f"keel:{name}"]
     return {
         "type": "block_actions",
         "team": {"id": live.slack.team_id, "domain": "keel-emulated"},

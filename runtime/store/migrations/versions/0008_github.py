@@ -2,7 +2,7 @@
 deliveries Keel asked GitHub to redeliver.
 
 Revision ID: 0008_github
-Revises: 0007_slack
+Revises: 0008_context
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from alembic import op
 from runtime.store.models import UtcDateTime
 
 revision = "0008_github"
-down_revision = "0007_slack"
+down_revision = "0008_context"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,235 @@
+"""Budgets that ask: a task that has spent its ``limits.max_tokens`` or ``max_cost_usd``
+parks (``waiting``) and asks its thread, once, whether to go on.
+
+The ask is an outbox post keyed by the task and the number of grants so far, so a
+redelivered tick or a restarted worker never asks twice for the same budget. A mailbox
+``continue`` grants one more budget (each reply is its own mailbox item, so a redelivered
+reply grants nothing twice); ``stop`` ends the task; silence until ``budget_answer_s``
+ends it as ``budget_exhausted`` with what it did. Who may answer is routing's decision:
+only an authorised person's reply reaches the mailbox.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from runtime.config import AgentLimits
+from runtime.execution import Phase, RunState
+from runtime.executor import brief, fitting, wip
+from runtime.executor.context import ExecutorContext, Transition, Write
+from runtime.reporting import stop_action
+from runtime.store import ledger, outbox, transcripts, usage
+from runtime.store.engine import Transaction
+from runtime.store.executions import Run
+from runtime.store.records import MailboxMessage, Task
+from runtime.store.transcripts import TranscriptEntry
+from runtime.store.usage import UsageTotals
+from runtime.surfaces import Action
+
+Answer = Literal["continue", "stop"]
+
+
+def budget_key(task_id: str, grants: int) -> str:
+    return f"budget:{task_id}:{grants}"
+
+
+async def check(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_budget"]] | None:
+    """Park and ask if the task has spent its budget; None while it has not."""
+    limits = ctx.agent(task.agent).limits
+    if limits.max_tokens is None and limits.max_cost_usd is None:
+        return None
+    since = _activation_since(run)
+    spent = await ctx.db.read(lambda s: usage.task_totals(s, task.task_id, since=since))
+    grants = run.state.budget_grants
+    reached = reached_budget(limits, spent, grants)
+    if reached is None:
+        return None
+    entries = await ctx.db.read(lambda s: transcripts.transcript(s, task.task_id))
+    saved = await wip.save_work(task, ctx, grants)
+    until = ctx.clock.now() + timedelta(seconds=limits.budget_answer_s)
+    progress = progress_text(spent, entries)
+    if saved is not None:
+        progress += f"\n{saved.note}"
+    body = ask_text(reached, progress, limits)
+    ask = {"grants": grants, "until": until.isoformat(), "reached": reached, "progress": progress}
+    now = ctx.clock.now()
+
+    def post(session: Transaction) -> None:
+        for item in saved.evidence if saved is not None else ():
+            ledger.add_evidence(session, task.task_id, task.root_id, None, item, now)
+        if task.origin_thread_ref is not None and task.parent_id is None:
+            outbox.enqueue_post(
+                session,
+                task_id=task.task_id,
+                purpose="budget",
+                thread=task.origin_thread_ref,
+                key=budget_key(task.task_id, grants),
+                action="post",
+                body=body,
+                now=now,
+                actions=(continue_action(task.task_id), stop_action(task.task_id)),
+            )
+        ctx.reporter.on_phase(session, task, "await_budget", "paused at its budget")
+
+    state = replace(run.state, budget_ask=ask)
+    return _goto(run, "await_budget", state, writes=(post,), wait_until=until)
+
+
+def _activation_since(run: Run) -> datetime | None:
+    """A resident role's budget counts per event, like its other limits; a task's, whole."""
+    activation = run.state.activation
+    return activation.since if activation is not None else None
+
+
+def continue_action(task_id: str) -> Action:
+    """The Continue button under the question: a click is the reply ``continue``."""
+    return Action(name="continue", label="Continue", value=task_id, style="primary")
+
+
+def reached_budget(limits: AgentLimits, spent: UsageTotals, grants: int) -> str | None:
+    """Which budget ``spent`` has reached, with ``grants`` extra budgets allowed."""
+    allowed = grants + 1
+    if limits.max_cost_usd is not None and spent.cost_usd >= limits.max_cost_usd * allowed:
+        return f"${limits.max_cost_usd * allowed:.2f}"
+    if limits.max_tokens is not None and spent.total_tokens >= limits.max_tokens * allowed:
+        return f"{limits.max_tokens * allowed:,} tokens"
+    return None
+
+
+def progress_text(spent: UsageTotals, entries: Sequence[TranscriptEntry]) -> str:
+    """What the task has done so far and its latest step, from its transcript."""
+    calls = Counter(e.payload.get("name", "?") for e in entries if e.kind == "tool_call")
+    done = ", ".join(f"{name} ×{n}" for name, n in calls.most_common(6)) or "no tool calls yet"
+    said = [
+        str(e.payload.get("text", ""))
+        for e in entries
+        if e.kind == "message" and e.payload.get("type") == "assistant_text"
+    ]
+    summaries = [str(e.payload.get("text", "")) for e in entries if e.kind == fitting.SUMMARY_KIND]
+    lines = [
+        f"Spent {spent.total_tokens:,} tokens, ${spent.cost_usd:.2f}, {spent.turns} turns.",
+        f"So far: {done}.",
+    ]
+    if summaries:
+        lines.append(f"Summary: {_clip(summaries[-1])}")
+    if said:
+        lines.append(f"Latest step: {_clip(said[-1])}")
+    return "\n".join(lines)
+
+
+def ask_text(reached: str, progress: str, limits: AgentLimits) -> str:
+    more = " or ".join(
+        part
+        for part in (
+            f"${limits.max_cost_usd:.2f}" if limits.max_cost_usd is not None else "",
+            f"{limits.max_tokens:,} tokens" if limits.max_tokens is not None else "",
+        )
+        if part
+    )
+    hours = limits.budget_answer_s / 3600
+    return (
+        f"⏸️ Paused: this task reached its budget of {reached}.\n{progress}\n"
+        f"Reply `continue` to allow another {more}, or `stop`. Without an answer within "
+        f"{hours:g}h it ends here."
+    )
+
+
+def _clip(text: str, limit: int = 600) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def await_budget(
+    run: Run, task: Task, ctx: ExecutorContext
+) -> Transition[Literal["await_budget", "check_scheduler", "report_failure", "report_stopped"]]:
+    """Ticked by a reply, a stop, the answer timer, or a stale wake-up."""
+    if run.stop_requested:
+        return _goto(run, "report_stopped", run.state)
+    ask = dict(run.state.budget_ask or {})
+    until = datetime.fromisoformat(str(ask.get("until")))
+    if task.mailbox_seq > run.mailbox_position:
+        messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
+        if messages:
+            return await _answered(run, task, ctx, messages, until)
+    if ctx.clock.now() >= until:
+        ended = {"outcome": "budget_exhausted", "summary": _exhausted(ask)}
+        return _goto(run, "report_failure", replace(run.state, budget_ended=ended))
+    return _goto(run, "await_budget", run.state, wait_until=until)
+
+
+async def _answered(
+    run: Run,
+    task: Task,
+    ctx: ExecutorContext,
+    messages: Sequence[MailboxMessage],
+    until: datetime,
+) -> Transition[Literal["await_budget", "check_scheduler", "report_failure"]]:
+    """The replies enter the transcript; the first ``continue`` or ``stop`` decides."""
+    answer, position = None, messages[-1].seq
+    for message in messages:
+        answer = answer_of(message.text)
+        if answer is not None:
+            position = message.seq  # later replies are read after resuming
+            break
+    shown = [m for m in messages if m.seq <= position]
+    items = await brief.follow_up_items(ctx, task, shown)
+    now = ctx.clock.now()
+
+    def write(session: Transaction) -> None:
+        transcripts.add_transcript_items(session, task.task_id, items, now)
+
+    writes: tuple[Write, ...] = (write,)
+    state = run.state
+    match answer:
+        case "continue":
+            granted = replace(state, budget_ask=None, budget_grants=state.budget_grants + 1)
+            return _goto(run, "check_scheduler", granted, position, writes)
+        case "stop":
+            ended = {"outcome": "budget_stopped", "summary": _stopped(dict(state.budget_ask or {}))}
+            stopped = replace(state, budget_ended=ended)
+            return _goto(run, "report_failure", stopped, position, writes)
+        case None:
+            return _goto(run, "await_budget", state, position, writes, wait_until=until)
+
+
+def answer_of(text: str) -> Answer | None:
+    """``continue`` or ``stop`` as the reply's first word (after any mention of us)."""
+    words = [w for w in text.lower().split() if not w.startswith(("<@", "@"))]
+    first = words[0].strip(".!?,:;`*_") if words else ""
+    return first if first in ("continue", "stop") else None  # type: ignore[return-value]
+
+
+def _exhausted(ask: dict[str, Any]) -> str:
+    reached = ask.get("reached", "its budget")
+    return f"Ended at its budget of {reached} without an answer.\n{ask.get('progress', '')}"
+
+
+def _stopped(ask: dict[str, Any]) -> str:
+    reached = ask.get("reached", "its budget")
+    return f"Stopped at its budget of {reached} on request.\n{ask.get('progress', '')}"
+
+
+To = TypeVar("To", bound=Phase)
+
+
+def _goto(
+    run: Run,
+    phase: To,
+    state: RunState,
+    position: int | None = None,
+    writes: tuple[Write, ...] = (),
+    *,
+    wait_until: datetime | None = None,
+) -> Transition[To]:
+    mailbox_position = run.mailbox_position if position is None else position
+    if wait_until is None:
+        return Transition(phase, state, run.turn, mailbox_position, writes)
+    return Transition(
+        phase, state, run.turn, mailbox_position, writes, after="wait", wake_at=wait_until
+    )

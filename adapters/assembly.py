@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 from adapters.briefing import build_briefing
 from adapters.checkouts import Checkouts
 from adapters.config import AppConfig
+from adapters.github.catchup import CatchUp
 from adapters.github.client import GitHubClient
+from adapters.github.intake import GitHubIntake
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
+from adapters.github.webhook import GitHubWebhook
 from adapters.logs import register_secrets
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
@@ -97,6 +100,9 @@ class Keel:
     router: Router = field(init=False)
     surfaces: dict[str, Surface] = field(init=False, default_factory=dict)
     github: GitHubClient | None = field(init=False, default=None)
+    github_webhook: GitHubWebhook | None = field(init=False, default=None)
+    github_intake: GitHubIntake | None = field(init=False, default=None)
+    github_catchup: CatchUp | None = field(init=False, default=None)
     slack: SlackConnection | None = field(init=False, default=None)
     workspaces: Workspaces = field(init=False)
     checkouts: Checkouts = field(init=False)
@@ -127,7 +133,12 @@ class Keel:
             readonly_paths=cfg.workspace.readonly_paths,
             hidden=_keel_files(cfg, url),
         )
-        self.checkouts = Checkouts(self.workspaces, cfg.workspace.repositories, self.scheduler)
+        self.checkouts = Checkouts(
+            self.workspaces,
+            cfg.workspace.repositories,
+            self.scheduler,
+            allow=cfg.github.repositories,
+        )
         self.reporting = ReportingPolicy(
             ack=cfg.reporting.ack,
             ack_emoji=cfg.reporting.ack_emoji,
@@ -171,13 +182,43 @@ class Keel:
             )
             self.surfaces["slack"] = SlackSurface(self.slack.workspaces)
         if cfg.github.enabled:
-            self.github = GitHubClient.from_config(cfg.github)
-            self.surfaces["github"] = GitHubSurface(self.github)
-            self.router.permissions = CachedPermissions(self.github)
+            self._connect_github()
         self.briefing = build_briefing(
             cfg, self.slack.workspaces if self.slack is not None else None
         )
         self._build_executor()
+
+    def _connect_github(self) -> None:
+        """The GitHub client, surface and webhook; the permission lookup happens in the
+        intake, off the request path; the catch-up job asks for missed deliveries."""
+        cfg = self.config.github
+        self.github = github = GitHubClient.from_config(cfg)
+        surface = GitHubSurface(github)
+        self.surfaces["github"] = surface
+        self.checkouts.host = github
+        webhook = GitHubWebhook.from_config(
+            cfg, self.sink, self.clock, installations=github.installations
+        )
+        self.github_intake = GitHubIntake(
+            self.db,
+            self.sink,
+            CachedPermissions(github),
+            self.clock,
+            webhook.translate,
+            surface=surface,
+            min_permission=cfg.min_permission,
+            unauthorised=cfg.unauthorised,
+        )
+        webhook.intake = self.github_intake
+        self.github_webhook = webhook
+        if cfg.catch_up and github.installations is not None:
+            self.github_catchup = CatchUp(
+                self.db,
+                github.installations,
+                self.clock,
+                interval_s=cfg.catch_up_interval_s,
+                on_request=self.metrics.count_redelivery,
+            )
 
     def _build_executor(self) -> None:
         cfg = self.config
@@ -243,7 +284,11 @@ class Keel:
         if agent is not None and agent.allow_network:
             sandbox = replace(sandbox, network=True)
         found: list[Tool] = [
-            *devbox_tools(sandbox, allow_protected=bool(agent and agent.allow_protected_push)),
+            *devbox_tools(
+                sandbox,
+                allow_protected=bool(agent and agent.allow_protected_push),
+                credentials=self.checkouts,
+            ),
             Delegate(self.scheduler, max_depth=agent.limits.max_delegation_depth if agent else 2),
             WaitForTask(self.scheduler),
             PostUpdate(self.db, self.scheduler),
@@ -254,12 +299,18 @@ class Keel:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, *, workers: bool = True) -> None:
+    async def start(self, *, workers: bool = True, intake: bool = True) -> None:
+        """Run the loops; ``intake`` (``keel serve``, not ``keel worker``) adds the ones that
+        finish what the webhooks received: GitHub's permission lookups and catch-up."""
         self._stopping.clear()
         if self._listener is not None:
             self._listener.start()
         self._tasks.append(asyncio.create_task(self.dispatcher.run(self._stopping)))
         self._tasks.append(asyncio.create_task(self._resume_pending()))
+        if intake and self.github_intake is not None:
+            self._tasks.append(asyncio.create_task(self.github_intake.run(self._stopping)))
+        if intake and self.github_catchup is not None:
+            self._tasks.append(asyncio.create_task(self.github_catchup.run(self._stopping)))
         if workers:
             self._tasks.append(asyncio.create_task(self.worker.run()))
 

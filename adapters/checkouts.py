@@ -1,14 +1,21 @@
 """Which checkout a task works in: its root task's repository, cloned once per task tree
 (on its pull request's branch when the task began on a pull request a task opened).
 
-``workspace.repositories`` maps a repository key (``owner/name``) to its clone URL, ref and
-token; a task's root names the key. Children share their root's checkout.
+A task's root names its repository (``owner/name``). A GitHub repository the App (or token)
+reaches is cloned on demand from its clone URL with that installation's token, when the
+``github.repositories`` allow-list admits it; ``workspace.repositories`` overrides the URL,
+ref and token per repository (and is the only way to name a non-GitHub repository).
+Children share their root's checkout. Git asks ``git_token`` at every push, so a task that
+outlives its installation token pushes with a fresh one.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from runtime.config import RepositoryConfig
 from runtime.errors import KeelError, Permanent
@@ -21,30 +28,57 @@ from runtime.workspace import Workspaces, WorkspaceSpec
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
 
 
+class RepositoryHost(Protocol):
+    """Where GitHub repositories come from (the GitHub client)."""
+
+    async def clone_url(self, repo: str) -> str: ...
+
+    async def git_token(self, repo: str) -> str | None: ...
+
+
+def allowed(repo: str, patterns: Sequence[str]) -> bool:
+    """``repo`` matches the ``github.repositories`` allow-list (empty: everything)."""
+    name = repo.lower()
+    return not patterns or any(fnmatch.fnmatchcase(name, p.lower()) for p in patterns)
+
+
 class Checkouts:
-    """Task → workspace path (the executor's ``workspace_for``) and task → GitHub name."""
+    """Task → workspace path (the executor's ``workspace_for``), task → GitHub name, and
+    task → git token (the devbox's ``GitCredentials``)."""
 
     def __init__(
         self,
         workspaces: Workspaces,
         repositories: dict[str, RepositoryConfig],
         scheduler: Scheduler,
+        *,
+        host: RepositoryHost | None = None,
+        allow: Sequence[str] = (),
     ) -> None:
         self.workspaces = workspaces
         self.repositories = repositories
         self.scheduler = scheduler
+        self.host = host
+        self.allow = tuple(allow)
         self._paths: dict[str, Path] = {}
+        self._repos: dict[str, str | None] = {}
 
     async def workspace_for(self, task: Task) -> Path | None:
         if task.root_id in self._paths:
             return self._paths[task.root_id]
         root = task if task.task_id == task.root_id else await self.scheduler.get(task.root_id)
-        repo = self.repositories.get(root.repo or "") if root else None
-        if root is None or repo is None:
+        key = root.repo if root else None
+        if root is None or not key:
             return None
-        token = repo.token.get_secret_value() if repo.token else None
-        ref = await self._pull_branch(root) or repo.ref
-        path = await self.workspaces.ensure(WorkspaceSpec(root.task_id, repo.url, ref), token)
+        override = self.repositories.get(key)
+        branch = await self._pull_branch(root)
+        if override is not None:
+            spec = WorkspaceSpec(root.task_id, override.url, branch or override.ref)
+        elif self.host is not None and _GITHUB_NAME.match(key) and allowed(key, self.allow):
+            spec = WorkspaceSpec(root.task_id, await self.host.clone_url(key), branch)
+        else:
+            return None
+        path = await self.workspaces.ensure(spec, await self._token(key))
         self._paths[task.root_id] = path
         return path
 
@@ -58,6 +92,25 @@ class Checkouts:
             lambda s: links.pull_link(s, origin.repo, origin.number)
         )
         return link.head_ref if link is not None and link.head_ref else None
+
+    async def git_token(self, task_id: str, remote_url: str) -> str | None:
+        """The token for the task's repository, fresh enough for the push about to happen."""
+        if task_id not in self._repos:
+            task = await self.scheduler.get(task_id)
+            root = task if task is None or task.task_id == task.root_id else (
+                await self.scheduler.get(task.root_id)
+            )
+            self._repos[task_id] = root.repo if root else None
+        key = self._repos[task_id]
+        return await self._token(key) if key else None
+
+    async def _token(self, key: str) -> str | None:
+        override = self.repositories.get(key)
+        if override is not None and override.token is not None:
+            return override.token.get_secret_value()
+        if self.host is not None and _GITHUB_NAME.match(key):
+            return await self.host.git_token(key)
+        return None
 
     async def repo_full_name(self, task_id: str) -> str:
         task = await self.scheduler.get(task_id)

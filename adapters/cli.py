@@ -11,6 +11,7 @@ import typer
 
 from adapters import cli_tasks
 from adapters.config import AppConfig, describe, load_config
+from adapters.online import online_checks
 from runtime.errors import ConfigError
 from runtime.store.engine import make_engine, resolve_url
 from runtime.store.migrate import is_current, upgrade
@@ -48,15 +49,27 @@ def _warn_if_deaf(config: AppConfig) -> None:
 
 
 @config_app.command("check")
-def config_check(path: Annotated[Path | None, typer.Argument()] = None) -> None:
+def config_check(
+    path: Annotated[Path | None, typer.Argument()] = None,
+    online: Annotated[
+        bool, typer.Option("--online", help="Also ask GitHub and Slack if the credentials work.")
+    ] = False,
+) -> None:
     """Validate app.yaml and say what is enabled (secrets are never printed).
 
-    Exits 2 on a configuration error; warns (exit 0) when no surface can receive work.
+    Exits 2 on a configuration error; warns (exit 0) when no surface can receive work. With
+    ``--online``, exits 1 when a provider refuses the credentials.
     """
     config = _load(path)
     for line in describe(config):
         typer.echo(line)
     _warn_if_deaf(config)
+    if online:
+        checks = online_checks(config)
+        for check in checks:
+            typer.echo(check.line, err=not check.ok)
+        if not all(check.ok for check in checks):
+            raise typer.Exit(1)
 
 
 @app.command()
@@ -99,7 +112,7 @@ def worker(config_path: ConfigPath = None) -> None:
         keel = Keel(config)
         await asyncio.to_thread(keel.migrate)
         await keel.connect()
-        await keel.start(workers=True)
+        await keel.start(workers=True, intake=False)  # keel serve finishes its deliveries
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from pydantic import (
     Field,
     PrivateAttr,
@@ -213,16 +214,29 @@ class GitHubAppConfig(ConfigSection):
     @classmethod
     def _real_newlines(cls, key: SecretStr | None) -> SecretStr | None:
         # A PEM passed through an env var often arrives with literal "\n" sequences.
-        if key is None or "\n" in key.get_secret_value():
+        if key is None:
             return key
-        return SecretStr(key.get_secret_value().replace("\\n", "\n"))
+        if "\n" not in key.get_secret_value():
+            key = SecretStr(key.get_secret_value().replace("\\n", "\n"))
+        _check_private_key(key.get_secret_value())
+        return key
 
     def unset(self) -> tuple[str, ...]:
-        return tuple(
-            name
-            for name in ("app_id", "private_key", "installation_id")
-            if getattr(self, name) is None
-        )
+        # installation_id is optional: each webhook names its installation; when set, it
+        # serves repositories no webhook has named yet.
+        return tuple(name for name in ("app_id", "private_key") if getattr(self, name) is None)
+
+
+def _check_private_key(pem: str) -> None:
+    """Parse the App's key now, so a bad one fails ``keel config check``, not the first webhook."""
+    try:
+        load_pem_private_key(pem.strip().encode(), password=None)
+    except (ValueError, TypeError):
+        # Never the key's text or the parser's message (it may quote it).
+        raise ValueError(
+            "not a valid unencrypted PEM private key (paste the .pem the App's settings page "
+            "generated)"
+        ) from None
 
 
 class GitHubConfig(ConfigSection):
@@ -234,6 +248,17 @@ class GitHubConfig(ConfigSection):
     trigger: str = Field(default="@keel", min_length=1)
     min_permission: Permission = "write"
     allowed_bots: Names = ()
+    # Repositories Keel acts on, as owner/name patterns ("acme/*"); empty: every repository
+    # the App (or token) reaches. Each is cloned on demand; workspace.repositories overrides.
+    repositories: Names = ()
+    # What someone below min_permission who asked gets: a short reply (once per person and
+    # thread) or nothing.
+    unauthorised: Literal["reply", "silent"] = "reply"
+    # Labelling an issue with this label asks Keel to work on it (empty: labels do nothing).
+    trigger_label: OptionalText = None
+    # Ask GitHub to redeliver webhooks that failed while Keel was away (App auth only).
+    catch_up: bool = True
+    catch_up_interval_s: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
     def _one_auth(self) -> GitHubConfig:
@@ -375,7 +400,8 @@ def build_config(tree: object, env: Mapping[str, str] | None = None) -> AppConfi
         config = AppConfig.model_validate(resolved)
     except ValidationError as e:
         # Not chained: a ValidationError's text quotes input values, and those may be secrets.
-        raise ConfigError("\n".join(_problem(d, resolution.unset) for d in _details(e))) from None
+        problems = (_problem(d, resolution.unset, resolution.sources) for d in _details(e))
+        raise ConfigError("\n".join(problems)) from None
     config._sources = resolution.sources
     return config
 
@@ -487,7 +513,9 @@ def _details(error: ValidationError) -> list[ErrorDetails]:
     return error.errors(include_url=False, include_context=False, include_input=False)
 
 
-def _problem(detail: ErrorDetails, unset: Mapping[str, str]) -> str:
+def _problem(
+    detail: ErrorDetails, unset: Mapping[str, str], sources: Mapping[str, str] | None = None
+) -> str:
     loc = detail["loc"]
     is_key = bool(loc) and loc[-1] == "[key]"
     path = dotted(loc[:-1] if is_key else loc)
@@ -502,4 +530,6 @@ def _problem(detail: ErrorDetails, unset: Mapping[str, str]) -> str:
             message = detail["msg"].removeprefix("Value error, ")
     if is_key:
         message = f"invalid name: {message}"
+    if sources and path in sources and detail["type"] != "missing":
+        message = f"{message} (from {sources[path]})"
     return f"{path}: {message}" if path else message

@@ -113,7 +113,9 @@ def acks_unsent(db: Path) -> int:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         row = conn.execute("SELECT count(*) FROM outbox WHERE state NOT IN ('landed', 'failed')")
-        return int(row.fetchone()[0])
+        # GitHub deliveries still held for their permission lookup are work in flight too.
+        held = conn.execute("SELECT count(*) FROM github_inbox")
+        return int(row.fetchone()[0]) + int(held.fetchone()[0])
     finally:
         conn.close()
 
@@ -147,7 +149,12 @@ def stored_keys(db: Path) -> list[Key]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         rows = conn.execute("SELECT provider, delivery_id FROM signals")
-        return [(str(provider), str(delivery_id)) for provider, delivery_id in rows]
+        stored = [(str(provider), str(delivery_id)) for provider, delivery_id in rows]
+        # A GitHub delivery held for its permission lookup is stored (committed before the
+        # answer) but not routed yet: it counts once, as stored.
+        routed = set(stored)
+        held = conn.execute("SELECT delivery_id FROM github_inbox")
+        return stored + [k for (d,) in held if (k := ("github", str(d))) not in routed]
     finally:
         conn.close()
 

@@ -637,10 +637,11 @@ class Router:
 
 
 def _acted_on(record: SignalRecord) -> ThreadRef | None:
-    """The Slack message a person acted with (mention, reply, reaction, click), if known;
-    GitHub acknowledges on the issue as before."""
+    """The message a person acted with, if known: the Slack mention, reply, reaction or
+    click; the GitHub issue comment or review comment (an issue, a pull request or a review
+    has none: its 👀 goes on the issue or pull request)."""
     message = record.message_ref
-    return message if isinstance(message, SlackThread) else None
+    return message if isinstance(message, SlackThread | GitHubIssue) else None
 
 
 def _escalation_text(reason: str | None) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
 from routing.signal import Actor, Signal
 from runtime.store.records import TaskSpec
 from runtime.threads import SlackThread
@@ -51,3 +54,17 @@ def make_signal(**overrides: Any) -> Signal:
 
 def text_part(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
+
+
+def app_key_pair() -> tuple[str, str]:
+    """A GitHub App's private key (PEM, PKCS8) and its public key, for the emulator."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    return private, public

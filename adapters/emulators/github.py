@@ -8,6 +8,7 @@ credentials"); ``/app`` routes take the app's JWT instead.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from adapters.emulators import github_shapes as shapes
 from adapters.emulators.faults import FaultRaised, RecordingMiddleware, gate_of
+from adapters.emulators.github_git import GIT_ROUTE, git_smart_http
 from adapters.emulators.github_state import (
     CheckRun,
     GitHubState,
@@ -33,7 +35,16 @@ from adapters.emulators.github_state import (
 Json = dict[str, Any]
 _DOCS = "https://docs.github.com/rest"
 _REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
-_APP_ROUTES = frozenset({"apps/create-installation-access-token", "apps/get-authenticated"})
+_APP_ROUTES = frozenset(
+    {
+        "apps/create-installation-access-token",
+        "apps/get-authenticated",
+        "apps/get-repo-installation",
+        "apps/list-webhook-deliveries",
+        "apps/list-installations",
+        "apps/redeliver-webhook-delivery",
+    }
+)
 
 
 class GitHubError(Exception):
@@ -91,12 +102,18 @@ async def _guard(request: Request) -> None:
         if issued is None or not issued.valid(time.time()):
             raise GitHubError(401, "Bad credentials")
         request.state.caller = state.users[issued.login]
+        request.state.token = issued
     await gate_of(request.scope).enter(route_name)
 
 
 def _repo(request: Request, owner: str, repo: str) -> Repo:
-    found = _state(request).repos.get(f"{owner}/{repo}")
+    state, full_name = _state(request), f"{owner}/{repo}"
+    found = state.repos.get(full_name)
     if found is None:
+        raise GitHubError(404, "Not Found")
+    # An installation token sees only its own installation's repositories.
+    issued = getattr(request.state, "token", None)
+    if issued is not None and not state.token_reaches(issued, full_name):
         raise GitHubError(404, "Not Found")
     return found
 
@@ -204,6 +221,15 @@ async def react_issue(request: Request, owner: str, repo: str, issue_number: int
 async def react_comment(request: Request, owner: str, repo: str, comment_id: int) -> Response:
     found = _repo(request, owner, repo)
     return await _react(request, found, ("comment", _comment(found, comment_id).comment_id))
+
+
+async def react_review_comment(
+    request: Request, owner: str, repo: str, comment_id: int
+) -> Response:
+    found = _repo(request, owner, repo)
+    if comment_id not in found.review_comments:
+        raise GitHubError(404, "Not Found")
+    return await _react(request, found, ("review_comment", comment_id))
 
 
 def _split_head(repo: Repo, head: str) -> tuple[str, str]:
@@ -420,10 +446,62 @@ async def combined_status(request: Request, owner: str, repo: str, ref: str) -> 
 
 async def create_installation_token(request: Request, installation_id: int) -> Response:
     state = _state(request)
-    if installation_id != state.installation_id:
+    if installation_id != state.installation_id and installation_id not in state.installations:
         raise GitHubError(404, "Not Found")
     token = state.issue_installation_token(installation_id)
     return JSONResponse(shapes.token_json(_hosts(request), token), status_code=201)
+
+
+async def get_repo_installation(request: Request, owner: str, repo: str) -> Json:
+    state, full_name = _state(request), f"{owner}/{repo}"
+    if full_name not in state.repos:
+        raise GitHubError(404, "Not Found")
+    installation_id = state.installation_of(full_name)
+    account = state.installations.get(installation_id, owner)
+    return shapes.installation_json(
+        _hosts(request), state.add_user(account), installation_id, state.app_id, state.app_slug
+    )
+
+
+async def list_hook_deliveries(request: Request) -> Response:
+    """Newest first; ``cursor`` is where the next page starts (GitHub's is opaque too)."""
+    found = _state(request).hooks.newest_first()
+    per_page = min(int(request.query_params.get("per_page", 30)), 100)
+    start = int(request.query_params.get("cursor") or 0)
+    page = found[start : start + per_page]
+    headers = {}
+    if start + per_page < len(found):
+        next_url = request.url.include_query_params(cursor=start + per_page, per_page=per_page)
+        headers["Link"] = f'<{next_url}>; rel="next"'
+    return JSONResponse([d.json() for d in page], headers=headers)
+
+
+async def redeliver_hook_delivery(request: Request, delivery_id: int) -> Response:
+    hooks = _state(request).hooks
+    found = hooks.find(delivery_id)
+    if found is None:
+        raise GitHubError(404, "Not Found")
+    hooks.redelivery_requests.append(delivery_id)
+    # GitHub accepts the request and delivers afterwards, with the same GUID and body.
+    pending = asyncio.create_task(
+        hooks.send(found.event, found.payload, guid=found.guid, redelivery=True)
+    )
+    _BACKGROUND.add(pending)
+    pending.add_done_callback(_BACKGROUND.discard)
+    return JSONResponse({}, status_code=202)
+
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
+async def list_installations(request: Request) -> Response:
+    state, hosts = _state(request), _hosts(request)
+    known = {state.installation_id: "keel-org", **state.installations}
+    found = [
+        shapes.installation_json(hosts, state.add_user(account), iid, state.app_id, state.app_slug)
+        for iid, account in sorted(known.items())
+    ]
+    return _paged(request, found)
 
 
 async def get_app(request: Request) -> Json:
@@ -450,6 +528,12 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
         _REPO + "/issues/comments/{comment_id}/reactions",
         "reactions/create-for-issue-comment",
         react_comment,
+    ),
+    (
+        "POST",
+        _REPO + "/pulls/comments/{comment_id}/reactions",
+        "reactions/create-for-pull-request-review-comment",
+        react_review_comment,
     ),
     ("POST", _REPO + "/pulls", "pulls/create", create_pull),
     ("GET", _REPO + "/pulls", "pulls/list", list_pulls),
@@ -501,7 +585,16 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
         "apps/create-installation-access-token",
         create_installation_token,
     ),
+    ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),
     ("GET", "/app", "apps/get-authenticated", get_app),
+    ("GET", "/app/installations", "apps/list-installations", list_installations),
+    ("GET", "/app/hook/deliveries", "apps/list-webhook-deliveries", list_hook_deliveries),
+    (
+        "POST",
+        "/app/hook/deliveries/{delivery_id}/attempts",
+        "apps/redeliver-webhook-delivery",
+        redeliver_hook_delivery,
+    ),
     ("GET", "/user", "users/get-authenticated", get_authenticated_user),
 )
 
@@ -536,6 +629,8 @@ def create_github_app(state: GitHubState) -> FastAPI:
         router.add_api_route(path, handler, methods=[method], name=operation_id)
     app.include_router(router)
     app.add_api_route("/_blobs/job-logs/{owner}/{repo}/{job_id}", job_log_blob, methods=["GET"])
+    # The git remote authenticates itself (Basic credentials, as git sends them).
+    app.add_route(GIT_ROUTE, git_smart_http, methods=["GET", "POST"], name="git/smart-http")
     app.add_exception_handler(GitHubError, _on_github_error)
     app.add_exception_handler(FaultRaised, _on_fault)
     app.add_middleware(RecordingMiddleware, state=state)

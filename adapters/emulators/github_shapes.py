@@ -381,3 +381,27 @@ def review_comment_json(hosts: Hosts, repo: Repo, comment: ReviewComment) -> Jso
     else:
         body["in_reply_to_id"] = comment.in_reply_to
     return body
+
+
+def installation_json(
+    hosts: Hosts, account: GitHubUser, installation_id: int, app_id: int, slug: str
+) -> Json:
+    return {
+        "id": installation_id,
+        "account": user_json(hosts, account),
+        "repository_selection": "selected",
+        "access_tokens_url": f"{hosts.api}/app/installations/{installation_id}/access_tokens",
+        "repositories_url": f"{hosts.api}/installation/repositories",
+        "html_url": f"{hosts.api}/settings/installations/{installation_id}",
+        "app_id": app_id,
+        "app_slug": slug,
+        "target_id": account.user_id,
+        "target_type": account.kind,
+        "permissions": {"issues": "write", "pull_requests": "write", "contents": "write"},
+        "events": ["issues", "issue_comment", "pull_request", "pull_request_review"],
+        "created_at": "2024-01-01T00:00:00Z",
+        "updated_at": "2024-01-01T00:00:00Z",
+        "single_file_name": None,
+        "suspended_at": None,
+        "suspended_by": None,
+    }

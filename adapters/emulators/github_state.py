@@ -12,9 +12,12 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from adapters.emulators.faults import EmulatorState
+from adapters.emulators.github_git import branch_of, init_bare_repository
+from adapters.emulators.github_hooks import HookLog
 
 UserKind = Literal["User", "Bot", "Organization"]
 Permission = Literal["admin", "maintain", "write", "triage", "read", "none"]
@@ -134,7 +137,7 @@ class Reaction:
     reaction_id: int
     content: str
     user: GitHubUser
-    subject: tuple[Literal["issue", "comment"], int]
+    subject: tuple[Literal["issue", "comment", "review_comment"], int]
     created_at: float
 
 
@@ -160,6 +163,10 @@ class Repo:
     created_comments: int = 0
     # Where branch heads really live (e.g. a local bare git repository in the demo).
     resolve_branch: Callable[[str], str | None] | None = None
+    # The bare repository the emulator's git remote serves (``add_git_repo``).
+    git_dir: Path | None = None
+    # The App installation that can reach this repository; None: the default installation.
+    installation_id: int | None = None
 
     @property
     def full_name(self) -> str:
@@ -201,6 +208,11 @@ class GitHubState(EmulatorState):
     users: dict[str, GitHubUser] = field(default_factory=dict)
     repos: dict[str, Repo] = field(default_factory=dict)
     tokens: dict[str, IssuedToken] = field(default_factory=dict)
+    # Installations beyond the default one: id → the account it is installed on.
+    installations: dict[int, str] = field(default_factory=dict)
+    git_root: Path | None = None
+    git_refusals: int = 0  # git requests answered 401
+    hooks: HookLog = field(default_factory=HookLog)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1001))
 
     @property
@@ -230,6 +242,42 @@ class GitHubState(EmulatorState):
         )
         self.tokens[token.token] = token
         return token
+
+    def installation_of(self, full_name: str) -> int:
+        repo = self.repos[full_name]
+        return repo.installation_id if repo.installation_id is not None else self.installation_id
+
+    def token_reaches(self, issued: IssuedToken, full_name: str) -> bool:
+        """An installation token reaches its installation's repositories; a PAT reaches all."""
+        if issued.installation_id is None:
+            return True
+        return full_name in self.repos and self.installation_of(full_name) == issued.installation_id
+
+    def add_installation(self, installation_id: int, account: str) -> None:
+        self.add_user(account, "Organization")
+        self.installations[installation_id] = account
+
+    def add_git_repo(
+        self,
+        full_name: str,
+        root: Path,
+        *,
+        files: dict[str, str] | None = None,
+        installation_id: int | None = None,
+        default_branch: str = "main",
+    ) -> Repo:
+        """A repository with a real bare git repository behind ``{url}/{full_name}.git``."""
+        if self.git_root is None:
+            self.git_root = root
+        elif self.git_root != root:
+            raise ValueError(f"git repositories live under {self.git_root}, not {root}")
+        repo = self.repos.get(full_name) or self.add_repo(full_name, default_branch=default_branch)
+        repo.installation_id = installation_id
+        repo.git_dir = init_bare_repository(root, full_name, files or {}, default_branch)
+        bare = repo.git_dir
+        repo.branches.pop(default_branch, None)
+        repo.resolve_branch = lambda branch: branch_of(bare, branch)
+        return repo
 
     def expire_token(self, token: str | None = None) -> None:
         """Make one token (or every token) answer 401 from now on."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,12 +22,15 @@ import urllib3.exceptions
 from github import Auth, Consts, Github, GithubException
 
 from adapters.config import GitHubConfig
+from adapters.github.errors import message_of, translate_github_error
+from adapters.github.installations import Installations
 from runtime.errors import ConfigError, NotFound, Permanent, Retryable
 from runtime.threads import GitHubIssue
 
 T = TypeVar("T")
 
 _DEFAULT_TIMEOUT_S = 15
+_LOOKUP_THREADS = 16
 _TRANSPORT_ERRORS = (
     requests.exceptions.RequestException,
     urllib3.exceptions.HTTPError,
@@ -86,12 +89,35 @@ class StatusInfo:
 
 
 class GitHubClient:
-    """Async facade over PyGithub for the calls Keel makes; every call runs off the loop."""
+    """Async facade over PyGithub for the calls Keel makes; every call runs off the loop.
 
-    def __init__(self, connect: Callable[[], Github], *, refreshable: bool) -> None:
+    With App auth each call goes out with the token of the installation that reaches its
+    repository (``Installations``); with a token, every call uses that token.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Github] | None = None,
+        *,
+        refreshable: bool = False,
+        installations: Installations | None = None,
+        api_url: str = "",
+        timeout_s: int = _DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if (connect is None) == (installations is None):
+            raise ValueError("GitHubClient: give either connect or installations")
         self._connect = connect
         self._refreshable = refreshable
-        self._github = connect()
+        self._github = connect() if connect is not None else None
+        self.installations = installations
+        self._api_url = api_url
+        self._timeout_s = timeout_s
+        self._by_installation: dict[int, tuple[str, Github]] = {}
+        self._token: str | None = None
+        self._clone_urls: dict[str, str] = {}
+        # Permission lookups wait in threads of their own: a slow GitHub must not hold the
+        # threads every other call (and the loop's other work) needs.
+        self._lookups = ThreadPoolExecutor(_LOOKUP_THREADS, thread_name_prefix="github-lookup")
 
     @classmethod
     def from_config(
@@ -101,8 +127,8 @@ class GitHubClient:
             token = config.token.get_secret_value()
             return cls.with_token(config.api_url, token, timeout_s=timeout_s)
         app = config.app
-        if app.app_id is None or app.private_key is None or app.installation_id is None:
-            raise ConfigError("github: set github.token or every key of github.app")
+        if app.app_id is None or app.private_key is None:
+            raise ConfigError("github: set github.token or github.app (app_id and private_key)")
         private_key = app.private_key.get_secret_value()
         return cls.as_installation(
             config.api_url, app.app_id, private_key, app.installation_id, timeout_s=timeout_s
@@ -112,7 +138,9 @@ class GitHubClient:
     def with_token(
         cls, api_url: str, token: str, *, timeout_s: int = _DEFAULT_TIMEOUT_S
     ) -> GitHubClient:
-        return cls(lambda: _github(api_url, Auth.Token(token), timeout_s), refreshable=False)
+        client = cls(lambda: _github(api_url, Auth.Token(token), timeout_s), refreshable=False)
+        client._token = token
+        return client
 
     @classmethod
     def as_installation(
@@ -120,65 +148,145 @@ class GitHubClient:
         api_url: str,
         app_id: int,
         private_key: str,
-        installation_id: int,
+        installation_id: int | None = None,
         *,
         timeout_s: int = _DEFAULT_TIMEOUT_S,
     ) -> GitHubClient:
-        def connect() -> Github:
-            # A fresh installation auth holds no token, so its first request fetches a new one.
-            auth = Auth.AppAuth(app_id, private_key).get_installation_auth(installation_id)
-            return _github(api_url, auth, timeout_s)
+        """App auth; ``installation_id`` serves a repository no other installation reaches."""
+        installations = Installations(
+            api_url,
+            app_id,
+            private_key,
+            default_installation=installation_id,
+            timeout_s=timeout_s,
+        )
+        return cls(installations=installations, api_url=api_url, timeout_s=timeout_s)
 
-        return cls(connect, refreshable=True)
-
-    async def call(self, operation: Callable[[Github], T]) -> T:
-        """Run ``operation`` in a thread; refresh a refused installation token once."""
+    async def call(
+        self,
+        operation: Callable[[Github], T],
+        *,
+        repo: str | None = None,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> T:
+        """Run ``operation`` in a thread (of ``pool``, or the loop's default) as whoever may
+        act on ``repo``; a refused installation token is replaced once and the call repeated."""
+        if self.installations is not None:
+            return await self._as_installation(self.installations, operation, repo, pool)
+        assert self._github is not None and self._connect is not None
         try:
-            return await asyncio.to_thread(_translated, operation, self._github)
+            return await _run(pool, operation, self._github)
         except _Unauthorized as refused:
             if not self._refreshable:
                 raise Permanent(f"GitHub refused the credentials: {refused}") from refused.__cause__
         self._github = self._connect()
         try:
-            return await asyncio.to_thread(_translated, operation, self._github)
+            return await _run(pool, operation, self._github)
         except _Unauthorized as refused:
             raise Permanent(f"GitHub refused a fresh token: {refused}") from refused.__cause__
 
+    async def _as_installation(
+        self,
+        installations: Installations,
+        operation: Callable[[Github], T],
+        repo: str | None,
+        pool: ThreadPoolExecutor | None,
+    ) -> T:
+        if repo is not None:
+            installation = await installations.installation_for(repo)
+        elif installations.default_installation is not None:
+            installation = installations.default_installation
+        else:
+            raise Permanent("no repository names the GitHub App installation to act as")
+        for fresh in (False, True):
+            token = (await installations.token(installation)).token
+            github = self._github_for(installation, token)
+            try:
+                return await _run(pool, operation, github)
+            except _Unauthorized as refused:
+                installations.forget(installation, token)
+                if fresh:
+                    raise Permanent(f"GitHub refused a fresh token: {refused}") from None
+        raise AssertionError("unreachable")
+
+    def _github_for(self, installation: int, token: str) -> Github:
+        current = self._by_installation.get(installation)
+        if current is not None and current[0] == token:
+            return current[1]
+        github = _github(self._api_url, Auth.Token(token), self._timeout_s)
+        self._by_installation[installation] = (token, github)
+        return github
+
+    async def git_token(self, repo: str) -> str | None:
+        """The token git sends for ``repo``: its installation's, or the configured token."""
+        if self.installations is None:
+            return self._token
+        return await self.installations.token_for_repo(repo)
+
+    async def clone_url(self, repo: str) -> str:
+        """Where ``repo`` is cloned from over HTTPS, as GitHub reports it."""
+        if repo not in self._clone_urls:
+            url = await self.call(lambda gh: str(gh.get_repo(repo).clone_url), repo=repo)
+            self._clone_urls[repo] = url
+        return self._clone_urls[repo]
+
     async def permission(self, repo: str, login: str) -> str | None:
         """``login``'s permission on ``repo`` (routing's ``PermissionSource``)."""
-        value = await self.call(lambda gh: gh.get_repo(repo).get_collaborator_permission(login))
-        return str(value)
+        # role_name, not the legacy permission field, which folds triage into read and
+        # maintain into write. A custom role answers its own name: ranked as its base.
+        try:
+            value = await self.call(
+                lambda gh: gh.get_repo(repo).get_collaborator_role_name(login),
+                repo=repo,
+                pool=self._lookups,
+            )
+        except NotFound:
+            return "none"  # GitHub knows no such user here: a definite answer, not a failure
+        return str(value) if value else None
 
     # -- issues and comments ------------------------------------------------------------
 
     async def create_comment(self, repo: str, number: int, body: str) -> Comment:
         return await self.call(
-            lambda gh: _comment(gh.get_repo(repo).get_issue(number).create_comment(body))
+            lambda gh: _comment(gh.get_repo(repo).get_issue(number).create_comment(body)),
+            repo=repo,
         )
 
     async def list_comments(self, repo: str, number: int) -> list[Comment]:
         return await self.call(
-            lambda gh: [_comment(c) for c in gh.get_repo(repo).get_issue(number).get_comments()]
+            lambda gh: [_comment(c) for c in gh.get_repo(repo).get_issue(number).get_comments()],
+            repo=repo,
         )
 
     async def edit_comment(self, repo: str, number: int, comment_id: int, body: str) -> None:
         await self.call(
-            lambda gh: gh.get_repo(repo).get_issue(number).get_comment(comment_id).edit(body)
+            lambda gh: gh.get_repo(repo).get_issue(number).get_comment(comment_id).edit(body),
+            repo=repo,
         )
 
     async def react(self, ref: GitHubIssue, content: str) -> None:
+        """React to the issue, or to the comment it names: an issue comment or, failing that,
+        a review comment on a line of the pull request (GitHub numbers them apart)."""
         # One POST: fetching the repository, issue and comment objects first (what
         # ``create_reaction`` needs) would add three GETs to every acknowledgement.
         target = f"comments/{ref.comment_id}" if ref.comment_id is not None else str(ref.number)
-        path = f"/repos/{ref.repo}/issues/{target}/reactions"
 
-        def react(gh: Github) -> None:
-            gh.requester.requestJsonAndCheck(
-                "POST", path, input={"content": content},
-                headers={"Accept": Consts.mediaTypeReactionsPreview},
-            )
+        def post(path: str) -> Callable[[Github], None]:
+            def react(gh: Github) -> None:
+                gh.requester.requestJsonAndCheck(
+                    "POST", path, input={"content": content},
+                    headers={"Accept": Consts.mediaTypeReactionsPreview},
+                )
 
-        await self.call(react)
+            return react
+
+        try:
+            await self.call(post(f"/repos/{ref.repo}/issues/{target}/reactions"), repo=ref.repo)
+        except NotFound:
+            if ref.comment_id is None:
+                raise
+            review_comment = f"/repos/{ref.repo}/pulls/comments/{ref.comment_id}/reactions"
+            await self.call(post(review_comment), repo=ref.repo)
 
     # -- pull requests and CI ---------------------------------------------------------------
 
@@ -188,17 +296,19 @@ class GitHubClient:
         return await self.call(
             lambda gh: _pull(
                 gh.get_repo(repo).create_pull(base=base, head=head, title=title, body=body)
-            )
+            ),
+            repo=repo,
         )
 
     async def find_pulls(self, repo: str, *, head: str) -> list[PullRequestInfo]:
         """Pull requests in any state whose head is ``owner:branch``."""
         return await self.call(
-            lambda gh: [_pull(p) for p in gh.get_repo(repo).get_pulls(state="all", head=head)]
+            lambda gh: [_pull(p) for p in gh.get_repo(repo).get_pulls(state="all", head=head)],
+            repo=repo,
         )
 
     async def get_pull(self, repo: str, number: int) -> PullRequestInfo:
-        return await self.call(lambda gh: _pull(gh.get_repo(repo).get_pull(number)))
+        return await self.call(lambda gh: _pull(gh.get_repo(repo).get_pull(number)), repo=repo)
 
     async def review_comments(self, repo: str, number: int) -> list[ReviewCommentInfo]:
         return await self.call(
@@ -241,7 +351,16 @@ class GitHubClient:
             combined = commit.get_combined_status()
             return runs, [StatusInfo(s.context, s.state) for s in combined.statuses]
 
-        return await self.call(ci_state)
+        return await self.call(ci_state, repo=repo)
+
+
+async def _run(
+    pool: ThreadPoolExecutor | None, operation: Callable[[Github], T], github: Github
+) -> T:
+    if pool is None:
+        return await asyncio.to_thread(_translated, operation, github)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(pool, _translated, operation, github)
 
 
 def _github(api_url: str, auth: Auth.Auth, timeout_s: int) -> Github:
@@ -265,50 +384,11 @@ def _translated(operation: Callable[[Github], T], github: Github) -> T:
         return operation(github)
     except GithubException as e:
         if e.status == 401:
-            raise _Unauthorized(f"GitHub 401: {_message(e)}") from e
+            raise _Unauthorized(f"GitHub 401: {message_of(e)}") from e
         raise translate_github_error(e) from e
     except _TRANSPORT_ERRORS as e:
         # The request may have landed (a dropped response): callers that wrote reconcile.
         raise Retryable(f"GitHub transport error, outcome unknown: {type(e).__name__}") from e
-
-
-def translate_github_error(error: GithubException) -> Exception:
-    """Retryable for rate limits and server errors; NotFound for 404; otherwise Permanent."""
-    message = f"GitHub {error.status}: {_message(error)}"
-    headers = {k.lower(): v for k, v in (error.headers or {}).items()}
-    if error.status == 429 or (error.status == 403 and _rate_limited(message, headers)):
-        return Retryable(message, retry_after_s=_retry_after(headers))
-    if error.status == 404:
-        return NotFound(message)
-    if error.status >= 500:
-        return Retryable(message)
-    return Permanent(message)
-
-
-def _rate_limited(message: str, headers: dict[str, str]) -> bool:
-    return (
-        "retry-after" in headers
-        or headers.get("x-ratelimit-remaining") == "0"
-        or "rate limit" in message.lower()
-    )
-
-
-def _retry_after(headers: dict[str, str]) -> float | None:
-    if (after := headers.get("retry-after", "")).isdigit():
-        return float(after)
-    if (reset := headers.get("x-ratelimit-reset", "")).isdigit():
-        return max(0.0, float(reset) - time.time())
-    # GitHub asks for at least a minute's pause after a secondary limit without a header.
-    return 60.0
-
-
-def _message(error: GithubException) -> str:
-    data: Any = error.data
-    if isinstance(data, dict):
-        text = str(data.get("message", ""))
-        details = [str(e.get("message") or e.get("code")) for e in data.get("errors") or []]
-        return "; ".join([text, *details]) if details else text
-    return str(data)
 
 
 def _comment(comment: Any) -> Comment:

@@ -78,7 +78,7 @@ def _first(items: Iterable[T], limit: int) -> Listed[T]:
 
 
 async def default_branch(client: GitHubClient, repo: str) -> str:
-    return await client.call(lambda gh: str(gh.get_repo(repo).default_branch))
+    return await client.call(lambda gh: str(gh.get_repo(repo).default_branch), repo=repo)
 
 
 async def issue(client: GitHubClient, repo: str, number: int) -> IssueInfo:
@@ -96,7 +96,7 @@ async def issue(client: GitHubClient, repo: str, number: int) -> IssueInfo:
             is_pull=found.pull_request is not None,
         )
 
-    return await client.call(read)
+    return await client.call(read, repo=repo)
 
 
 async def comments(
@@ -106,7 +106,7 @@ async def comments(
         found = gh.get_repo(repo).get_issue(number).get_comments()
         return _first((_comment(c) for c in found), limit)
 
-    return await client.call(read)
+    return await client.call(read, repo=repo)
 
 
 async def pull_files(
@@ -116,7 +116,7 @@ async def pull_files(
         found = gh.get_repo(repo).get_pull(number).get_files()
         return _first((_change(f) for f in found), limit)
 
-    return await client.call(read)
+    return await client.call(read, repo=repo)
 
 
 async def review_comment(
@@ -126,7 +126,7 @@ async def review_comment(
         found = gh.get_repo(repo).get_pull(number).get_review_comment(comment_id)
         return _review(found.raw_data)
 
-    return await client.call(read)
+    return await client.call(read, repo=repo)
 
 
 async def review_comments(
@@ -136,7 +136,7 @@ async def review_comments(
         found = gh.get_repo(repo).get_pull(number).get_review_comments()
         return _first((_review(c.raw_data) for c in found), limit)
 
-    return await client.call(read)
+    return await client.call(read, repo=repo)
 
 
 def _comment(comment: Any) -> CommentInfo:

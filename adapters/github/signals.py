@@ -153,6 +153,27 @@ class _ReviewCommentEvent(_Common):
     comment: _Comment
 
 
+class _AssignedEvent(_Common):
+    issue: _Issue
+    assignee: _User | None = None
+
+
+class _LabeledEvent(_Common):
+    issue: _Issue
+    label: _Label | None = None
+
+
+class _Review(_Payload):
+    id: int
+    body: str | None = None
+    html_url: str | None = None
+
+
+class _ReviewEvent(_Common):
+    pull_request: _PullRef
+    review: _Review
+
+
 class _PullRequestEvent(_Common):
     pull_request: _PullRequest
 
@@ -179,6 +200,7 @@ class _Delivery:
     identity: GitHubIdentity
     received_at: datetime
     trigger: re.Pattern[str]
+    trigger_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,11 +240,14 @@ def signal_from_github(
     *,
     received_at: datetime,
     trigger: str = "@keel",
+    trigger_label: str | None = None,
 ) -> Signal | Ignored:
     """Translate one webhook delivery (X-GitHub-Event, X-GitHub-Delivery, body) or say why not."""
     if not delivery_id:
         return Ignored("unsupported", "no delivery id")
-    delivery = _Delivery(event, delivery_id, identity, received_at, _trigger_pattern(trigger))
+    delivery = _Delivery(
+        event, delivery_id, identity, received_at, _trigger_pattern(trigger), trigger_label
+    )
     action = payload.get("action") if isinstance(payload, Mapping) else None
     match event, action:
         case "ping", _:
@@ -237,6 +262,12 @@ def signal_from_github(
             return _review_comment(payload, delivery)
         case "pull_request", "opened":
             return _pr_opened(payload, delivery)
+        case "issues", "assigned":
+            return _issue_assigned(payload, delivery)
+        case "issues", "labeled":
+            return _issue_labeled(payload, delivery)
+        case "pull_request_review", "submitted":
+            return _review_submitted(payload, delivery)
         case ci, "completed" if ci in _CI_EVENTS:
             return _ci_result(payload, delivery)
         case _:
@@ -277,6 +308,66 @@ def _issue_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | I
         said=said,
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
         facts=_Facts(labels=_names(issue.labels), url=issue.html_url),
+    )
+
+
+def _issue_assigned(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    """Assigning an issue to the bot asks it to work on the issue."""
+    parsed = _parse(_AssignedEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    assignee = parsed.assignee
+    if assignee is None or not _is_self(assignee, delivery.identity, ()):
+        return Ignored("not_addressed", "issues.assigned to someone else")
+    return _issue_request(parsed, parsed.issue, delivery, "assigned")
+
+
+def _issue_labeled(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    """Labelling an issue with ``github.trigger_label`` asks the bot to work on the issue."""
+    parsed = _parse(_LabeledEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    wanted = delivery.trigger_label
+    if not wanted or parsed.label is None or parsed.label.name.lower() != wanted.lower():
+        return Ignored("not_addressed", "issues.labeled with another label")
+    return _issue_request(parsed, parsed.issue, delivery, "labeled")
+
+
+def _issue_request(
+    common: _Common, issue: _Issue, delivery: _Delivery, how: str
+) -> Signal:
+    said = _said(_title_and_body(issue.title, issue.body), delivery.trigger)
+    return _signal(
+        delivery,
+        common,
+        kind="issue_opened",
+        thread_ref=GitHubIssue(common.repository.full_name, issue.number),
+        actor=_actor(common.sender, delivery.identity, None),
+        said=_Said(said.text, True, said.command_text),
+        # One request per delivery: a redelivery keeps its id, so it is the same fact.
+        dedupe_key=f"github:{how}:{delivery.delivery_id}",
+        facts=_Facts(labels=_names(issue.labels), url=issue.html_url),
+    )
+
+
+def _review_submitted(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    parsed = _parse(_ReviewEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    review = parsed.review
+    said = _said(review.body or "", delivery.trigger)
+    if not said.addressed:
+        return Ignored("not_addressed", "pull_request_review.submitted without a mention")
+    return _signal(
+        delivery,
+        parsed,
+        kind="review_comment",
+        thread_ref=GitHubIssue(parsed.repository.full_name, parsed.pull_request.number),
+        actor=_actor(parsed.sender, delivery.identity, None),
+        said=said,
+        dedupe_key=f"github:review:{review.id}:{parsed.action}",
+        # GitHub has no reactions on a review: its 👀 goes on the pull request.
+        facts=_Facts(url=review.html_url),
     )
 
 

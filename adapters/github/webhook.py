@@ -2,26 +2,40 @@
 
 The signature (X-Hub-Signature-256) is checked in constant time on the raw body before the
 body is parsed; X-GitHub-Delivery is the delivery id (a redelivery keeps it). ``ping`` is
-answered without routing. Ignored outcomes go to the sink too, which records the drop. The
-actor's permission is not looked up here: no GitHub call happens on the request path.
+answered without routing. Ignored outcomes go to the sink too, which records the drop, with
+its reason (an unknown event, a repository outside ``github.repositories``).
+
+No GitHub call happens on the request path: a person's request whose permission must be
+looked up is held in the database (``GitHubIntake``) and answered at once; the lookup and
+the routing happen afterwards. The delivery's ``installation.id`` is remembered for its
+repository, so that repository's calls and git pushes use that installation's token.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from adapters.checkouts import allowed
 from adapters.config import GitHubConfig
 from adapters.github.signals import GitHubIdentity, signal_from_github
 from adapters.github.verify import verify_github_signature
+from routing.permissions import needs_permission
+from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
 from runtime.errors import ConfigError, Retryable
 
 if TYPE_CHECKING:
+    from adapters.github.installations import Installations
+    from adapters.github.intake import GitHubIntake
     from adapters.web.ingress import SignalSink
+
+# Signals from people, whose permission decides whether Keel acts (CI results go to daemons).
+_PERSON_KINDS = frozenset({"issue_comment", "review_comment", "issue_opened", "pr_opened"})
 
 
 class GitHubWebhook:
@@ -34,21 +48,47 @@ class GitHubWebhook:
         identity: GitHubIdentity,
         sink: SignalSink,
         trigger: str = "@keel",
+        trigger_label: str | None = None,
+        repositories: tuple[str, ...] = (),
         clock: Clock | None = None,
+        intake: GitHubIntake | None = None,
+        installations: Installations | None = None,
     ) -> None:
         self.secret = secret.encode()
         self.identity = identity
         self.sink = sink
         self.trigger = trigger
+        self.trigger_label = trigger_label
+        self.repositories = repositories
         self.clock = clock or SystemClock()
+        self.intake = intake
+        self.installations = installations
 
     @classmethod
-    def from_config(cls, config: GitHubConfig, sink: SignalSink, clock: Clock) -> GitHubWebhook:
+    def from_config(
+        cls,
+        config: GitHubConfig,
+        sink: SignalSink,
+        clock: Clock,
+        *,
+        intake: GitHubIntake | None = None,
+        installations: Installations | None = None,
+    ) -> GitHubWebhook:
         if config.webhook_secret is None:
             raise ConfigError("github.webhook_secret: required to receive GitHub webhooks")
         identity = GitHubIdentity(bot_login=config.bot_login, app_id=config.app.app_id)
         secret = config.webhook_secret.get_secret_value()
-        return cls(secret=secret, identity=identity, sink=sink, trigger=config.trigger, clock=clock)
+        return cls(
+            secret=secret,
+            identity=identity,
+            sink=sink,
+            trigger=config.trigger,
+            trigger_label=config.trigger_label,
+            repositories=config.repositories,
+            clock=clock,
+            intake=intake,
+            installations=installations,
+        )
 
     async def handle(self, request: Request) -> Response:
         body = await request.body()
@@ -68,25 +108,55 @@ class GitHubWebhook:
         return await self._accept(event, delivery_id, payload)
 
     async def _accept(self, event: str, delivery_id: str, payload: dict[str, Any]) -> Response:
-        outcome = signal_from_github(
-            event,
-            delivery_id,
-            payload,
-            self.identity,
-            received_at=self.clock.now(),
-            trigger=self.trigger,
-        )
+        outcome = self.translate(event, delivery_id, payload, self.clock.now())
+        if isinstance(outcome, Signal):
+            self._remember_installation(outcome, payload)
         action = payload.get("action")
         raw_kind = f"{event}.{action}" if isinstance(action, str) else event
         try:
-            await self.sink.accept(
-                outcome, provider="github", delivery_id=delivery_id, raw_kind=raw_kind
-            )
+            if self.intake is not None and _held(outcome):
+                await self.intake.hold(event, delivery_id, payload)
+            else:
+                await self.sink.accept(
+                    outcome, provider="github", delivery_id=delivery_id, raw_kind=raw_kind
+                )
         except Retryable:
             return JSONResponse(
                 {"error": "temporarily unavailable"}, status_code=503, headers={"Retry-After": "5"}
             )
         return JSONResponse({"ok": True})
+
+
+    def translate(
+        self, event: str, delivery_id: str, payload: dict[str, Any], received_at: datetime
+    ) -> Signal | Ignored:
+        """The delivery as routing sees it; a repository outside the allow-list is dropped."""
+        outcome = signal_from_github(
+            event,
+            delivery_id,
+            payload,
+            self.identity,
+            received_at=received_at,
+            trigger=self.trigger,
+            trigger_label=self.trigger_label,
+        )
+        if isinstance(outcome, Signal) and outcome.repo and not allowed(
+            outcome.repo, self.repositories
+        ):
+            return Ignored("unauthorised", f"{outcome.repo} is not in github.repositories")
+        return outcome
+
+    def _remember_installation(self, signal: Signal, payload: dict[str, Any]) -> None:
+        installation = payload.get("installation")
+        found = installation.get("id") if isinstance(installation, dict) else None
+        if self.installations is not None and signal.repo and isinstance(found, int):
+            self.installations.remember(signal.repo, found)
+
+
+def _held(outcome: Signal | Ignored) -> bool:
+    return (
+        isinstance(outcome, Signal) and outcome.kind in _PERSON_KINDS and needs_permission(outcome)
+    )
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

@@ -63,7 +63,7 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
         else None
     )
     github = (
-        _Late(lambda: GitHubWebhook.from_config(config.github, keel.sink, keel.clock))
+        _Late(lambda: keel.github_webhook)
         if config.github.enabled
         else None
     )

@@ -59,6 +59,15 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._redeliveries = Counter(
+            "keel_github_redeliveries_requested",
+            "Failed GitHub webhook deliveries Keel asked GitHub to redeliver.",
+            registry=self.registry,
+        )
+
+    def count_redelivery(self) -> None:
+        self._redeliveries.inc()
+
     def observe_phase(self, phase: str, seconds: float) -> None:
         self._phase.labels(phase=phase).observe(seconds)
 

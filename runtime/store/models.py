@@ -296,6 +296,32 @@ class PullLinkRow(Base):
     head_sha: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class GitHubInboxRow(Base):
+    """A GitHub delivery held while its asker's permission is looked up, off the request path."""
+
+    __tablename__ = "github_inbox"
+    __table_args__ = (Index("ix_github_inbox_next_at", "next_at"),)
+    delivery_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    event: Mapped[str] = mapped_column(String(60))
+    payload: Mapped[dict[str, Any]] = mapped_column(Json)
+    received_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class GitHubRedeliveryRow(Base):
+    """A failed webhook delivery Keel asked GitHub to redeliver (once: the row says so)."""
+
+    __tablename__ = "github_redeliveries"
+    guid: Mapped[str] = mapped_column(String(200), primary_key=True)
+    hook_id: Mapped[int] = mapped_column(BigInteger)  # the failed attempt asked for again
+    delivered_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    requested_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 class ModelCallRow(Base):
     """One model call's usage, as the provider reported it; ``call_key`` names the call
     within its task (``turn:<n>`` or ``compact:<seq>``), so a call is counted once."""

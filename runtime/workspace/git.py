@@ -1,9 +1,12 @@
 """Git invocations for workspaces and devbox tools: argv, environment, token handling.
 
-A token for an HTTPS remote travels only in the child's environment, as git's
-``GIT_CONFIG_*`` equivalent of ``-c http.extraHeader=...``: it is never part of the argv
-(visible in ``ps``), the remote URL, ``.git/config``, a metadata file or a log line, and any
-text git prints back is redacted before it leaves this module.
+A token for an HTTPS remote reaches git through a credential helper: the helper is configured
+with git's ``GIT_CONFIG_*`` environment (the equivalent of ``-c credential.helper=...``, but
+out of the argv) and prints the token from the child's environment when git asks for it. The
+token is never part of any argv (visible in ``ps``: the helper's own command line names only
+the variable), the remote URL, ``.git/config``, a metadata file or a log line, and any text
+git prints back is redacted before it leaves this module. Git asks the helper only for the
+remote it is talking to, and only once the remote demanded credentials.
 """
 
 from __future__ import annotations
@@ -58,16 +61,33 @@ def check_repo_url(repo_url: str) -> None:
 
 
 def uses_https(repo_url: str) -> bool:
-    return urlsplit(repo_url).scheme == "https"
+    """True where a token may be sent: HTTPS, or plain HTTP to this machine's loopback."""
+    parts = urlsplit(repo_url)
+    if parts.scheme == "https":
+        return True
+    return parts.scheme == "http" and parts.hostname in _LOOPBACK
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+TOKEN_VARIABLE = "KEEL_GIT_TOKEN"
+# Answers git's "get" with the token from the environment; ignores "store" and "erase".
+# printf is a shell builtin, so the token is in no process's argv either.
+CREDENTIAL_HELPER = (
+    "!f() { test \"$1\" = get && "
+    f"printf 'username=x-access-token\\npassword=%s\\n' \"${TOKEN_VARIABLE}\"; }}; f"
+)
 
 
 def auth_env(token: str) -> dict[str, str]:
-    """Git config entries given through the environment, as ``-c`` would, but out of argv."""
-    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    """Git config entries given through the environment, as ``-c`` would, but out of argv:
+    the empty helper first clears any helper the user configured, then ours answers."""
     return {
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "http.extraHeader",
-        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        TOKEN_VARIABLE: token,
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "credential.helper",
+        "GIT_CONFIG_VALUE_0": "",
+        "GIT_CONFIG_KEY_1": "credential.helper",
+        "GIT_CONFIG_VALUE_1": CREDENTIAL_HELPER,
     }
 
 
@@ -82,7 +102,8 @@ def git_command(args: Sequence[str], *, token: str | None = None) -> GitCommand:
 def redact(text: str, token: str | None) -> str:
     if not token:
         return text
-    for secret in (token, auth_env(token)["GIT_CONFIG_VALUE_0"].split()[-1]):
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    for secret in (token, basic):
         text = text.replace(secret, REDACTED)
     return text
 

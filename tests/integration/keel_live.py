@@ -32,7 +32,7 @@ from adapters.web.app import create_app
 from runtime.store import executions
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
+from runtime.store.models import GitHubInboxRow, MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
 
 CHANNEL = "C0KEELGEN1"
@@ -173,6 +173,13 @@ class Live:
         signed = sign_github(event, payload, WEBHOOK_SECRET, delivery_id=delivery_id)
         return await deliver(self.url + "/github/webhook", signed, times=times, concurrently=True)
 
+    async def drained(self, timeout_s: float = 30.0) -> None:
+        """Until no GitHub delivery is held for its permission lookup: all are routed."""
+        deadline = time.monotonic() + timeout_s
+        while (await self.counts())["held"]:
+            assert time.monotonic() < deadline, "held GitHub deliveries were not routed"
+            await asyncio.sleep(0.05)
+
     async def counts(self) -> dict[str, int]:
         db = Database.from_url(self.db_url)
 
@@ -184,6 +191,7 @@ class Live:
                 "signals": count(SignalRow),
                 "tasks": count(TaskRow),
                 "mailbox": count(MailboxMessageRow),
+                "held": count(GitHubInboxRow),
             }
 
         try:
@@ -212,7 +220,7 @@ def live_keel(
     slack.tokens.add(BOT_TOKEN)
     slack.add_user(PERSON, "dana", real_name="Dana")
     github.add_token(GITHUB_TOKEN, "keel-bot")
-    github.add_repo(GH_REPO)
+    github.add_git_repo(GH_REPO, workdir / "github-git")  # cloned on demand, with the token
     github.add_user(GH_USER)
     github.set_permission(GH_REPO, GH_USER, "write")
     servers: list[RunningServer] = []

@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from adapters.emulators.github import create_github_app
+from adapters.emulators.github_state import GitHubState
+from adapters.emulators.server import serve
+from adapters.emulators.slack import SlackState, create_slack_app
 from runtime.scheduler import Scheduler
 from runtime.store import usage
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
 from runtime.store.usage import ModelCall
-from tests.factories import make_spec
+from tests.factories import app_key_pair, make_spec
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
 
@@ -177,3 +181,55 @@ async def test_tasks_tail_exit_code_says_how_it_ended_when_task_is_terminal(
 def test_tasks_tail_help_documents_its_exit_codes(tmp_path: Path) -> None:
     result = _keel("tasks", "tail", "--help", db_url=None, cwd=tmp_path)
     assert "1 failed, 3 canceled, 4 timed_out" in " ".join(result.stdout.split())
+
+
+def test_config_check_exits_non_zero_naming_the_variable_when_the_app_key_is_invalid(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "app.yaml"
+    config.write_text(
+        "github:\n  webhook_secret: w\n  app:\n    app_id: 1\n"
+        "    private_key: ${GITHUB_APP_PRIVATE_KEY}\n    installation_id: 2\n"
+    )
+    env = {**_env(None), "GITHUB_APP_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\\nx\\n"}
+    result = subprocess.run(
+        [*KEEL, "config", "check", str(config)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert "GITHUB_APP_PRIVATE_KEY" in result.stderr
+    assert "github.app.private_key" in result.stderr
+
+
+def test_config_check_online_exchanges_the_app_key_for_a_token_and_runs_auth_test(
+    tmp_path: Path,
+) -> None:
+    private, public = app_key_pair()
+    wrong, _ = app_key_pair()
+    github = GitHubState(app_public_key=public)
+    slack = SlackState()
+    slack.tokens.add("xoxb-online")
+    with serve(create_github_app(github)) as gh, serve(create_slack_app(slack)) as sl:
+        config = tmp_path / "app.yaml"
+        config.write_text(
+            f"slack:\n  bot_token: xoxb-online\n  signing_secret: s\n  api_url: {sl.url}/api/\n"
+            f"github:\n  webhook_secret: w\n  api_url: {gh.url}\n  app:\n"
+            f"    app_id: {github.app_id}\n    private_key: ${{GITHUB_APP_PRIVATE_KEY}}\n"
+        )
+
+        def check(key: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*KEEL, "config", "check", "--online", str(config)],
+                env={**_env(None), "GITHUB_APP_PRIVATE_KEY": key},
+                cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            )
+
+        good, bad = check(private), check(wrong)
+
+    assert good.returncode == 0, good.stderr
+    assert f"issued a token for installation {github.installation_id}" in good.stdout
+    assert "slack: auth.test ok" in good.stdout
+    assert any(t.installation_id == github.installation_id for t in github.tokens.values())
+    assert bad.returncode == 1
+    assert "github: refused (401)" in bad.stderr and "GITHUB_APP_PRIVATE_KEY" in bad.stderr
+    assert "BEGIN" not in bad.stderr + bad.stdout

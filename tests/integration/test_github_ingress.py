@@ -179,14 +179,15 @@ async def test_all_acknowledged_when_same_delivery_arrives_five_times_at_once(
 async def test_unsupported_event_reaches_sink_as_ignored_when_not_routable(
     ingress: Ingress,
 ) -> None:
-    signed = sign_github("issues", load_github_example("issues/labeled"), SECRET)
+    signed = sign_github("issues", load_github_example("issues/pinned"), SECRET)
 
     response = await ingress.post(signed.body, signed.headers)
 
     assert response.status_code == 200
     [(outcome, _, _, raw_kind)] = ingress.sink.accepted
     assert isinstance(outcome, Ignored) and outcome.reason == "unsupported"
-    assert raw_kind == "issues.labeled"
+    assert outcome.detail == "issues.pinned"  # the recorded reason names what was dropped
+    assert raw_kind == "issues.pinned"
 
 
 async def test_answered_503_when_sink_is_unavailable(ingress: Ingress) -> None:

@@ -8,6 +8,7 @@ describes. Shell metacharacters in a mention reach the model as text and nothing
 
 from __future__ import annotations
 
+import asyncio
 import json
 import string
 import time
@@ -198,6 +199,10 @@ async def test_accepted_and_stored_once_when_signed_text_carries_nul(live: Live)
     github = await live.send_github("issue_comment", comment)
 
     assert [r.status_code for r in slack + github] == [200, 200, 200]
+    # The GitHub request is routed once its author's permission is known, after the answer.
+    deadline = time.monotonic() + 20
+    while (await live.counts())["signals"] < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     assert (await live.counts())["tasks"] == 2
 
 

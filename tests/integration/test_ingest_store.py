@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +21,7 @@ from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.emulators.webhooks import deliver, sign_github, sign_slack
 from adapters.web.app import create_app
 from runtime.store.engine import Database
-from runtime.store.models import SignalRow, TaskRow
+from runtime.store.models import GitHubInboxRow, SignalRow, TaskRow
 
 SLACK_SECRET = "ingest-signing-secret"
 GITHUB_SECRET = "ingest-webhook-secret"
@@ -77,6 +79,12 @@ async def test_same_github_delivery_five_times_concurrently_stores_one_signal(
     request = sign_github("issue_comment", payload, GITHUB_SECRET, delivery_id="d-1234")
     responses = await deliver(keel.url + "/github/webhook", request, times=5, concurrently=True)
     assert [r.status_code for r in responses] == [200] * 5
+    # Held once for the permission lookup, then routed once.
+    deadline = time.monotonic() + 20
+    while (_count(db_url, GitHubInboxRow) or not _count(db_url, SignalRow)) and (
+        time.monotonic() < deadline
+    ):
+        await asyncio.sleep(0.05)
     assert _count(db_url, SignalRow) == 1
 
 

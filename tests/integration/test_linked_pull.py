@@ -7,6 +7,7 @@ comment starts one task of the same objective, answered on the pull request."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,11 @@ async def test_reviews_and_head_checks_of_a_linked_pull_request_reach_its_task(
         await live.send_github("check_run", _check(OLD), delivery_id="c-3")  # an older head
         await live.send_github("check_run", _check(HEAD, "success"), delivery_id="c-4")
 
+        # A person's GitHub delivery is routed off the request path, once its asker's
+        # permission is known: wait for both follow-ups and the refusal.
+        async with asyncio.timeout(30):
+            while len(await _mailbox(db, task_id)) < 2 or len(await _decisions(db)) < 7:
+                await asyncio.sleep(0.1)
         said = await _mailbox(db, task_id)
         assert len(said) == 2
         assert said[0] == "This should handle the empty cart too."
@@ -126,7 +132,11 @@ async def test_reviews_and_head_checks_of_a_linked_pull_request_reach_its_task(
         await Scheduler(db).report_result(task_id, ended)
         later = _review_comment(9003)
         await live.send_github("pull_request_review_comment", later, delivery_id="d-3", times=2)
-        successor = await db.read(lambda s: q.latest_by_objective(s, objective))
+        async with asyncio.timeout(30):
+            while (
+                successor := await db.read(lambda s: q.latest_by_objective(s, objective))
+            ) is None or successor.task_id == task_id:
+                await asyncio.sleep(0.1)
     db.close()
     assert successor is not None and successor.task_id != task_id
     assert successor.status == "queued"

@@ -4,8 +4,10 @@ no configured secret anywhere after the demo scenario, and an admin token off lo
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +124,8 @@ async def test_unauthorised_people_cannot_start_or_stop_tasks_when_not_allowed(
             },
         ),
     )
+    # A GitHub request is routed once its author's permission is known, after the answer.
+    await _settled(live, signals=2)
     assert (await live.counts())["tasks"] == 0
 
     allowed = live.mention("please fix the flaky test")
@@ -132,6 +136,7 @@ async def test_unauthorised_people_cannot_start_or_stop_tasks_when_not_allowed(
             "issue_comment/created", **{"comment.body": "@keel please fix this", "comment.id": 7002}
         ),
     )
+    await _settled(live, signals=4)
     assert (await live.counts())["tasks"] == 2
     await live.send_slack(
         live.reply(allowed["ts"], f"<@{live.slack.bot_user_id}> stop", user=INTRUDER)
@@ -144,10 +149,19 @@ async def test_unauthorised_people_cannot_start_or_stop_tasks_when_not_allowed(
         ),
     )
 
+    await _settled(live, signals=6)
     tasks = await _rows(db_url, TaskRow)
     assert [(t.status, t.cancel_requested_at) for t in tasks] == [("queued", None)] * 2
     refused = [s for s in await _rows(db_url, SignalRow) if s.decision == "drop"]
     assert {s.reason for s in refused} == {"unauthorised"} and len(refused) == 4
+
+
+async def _settled(live: Live, *, signals: int, timeout_s: float = 20.0) -> None:
+    """Until ``signals`` deliveries are routed (GitHub's after their permission lookup)."""
+    deadline = time.monotonic() + timeout_s
+    while (await live.counts())["signals"] < signals:
+        assert time.monotonic() < deadline, "deliveries not routed in time"
+        await asyncio.sleep(0.05)
 
 
 # -- secrets ------------------------------------------------------------------------------

@@ -114,9 +114,11 @@ def test_token_only_in_environment_when_command_built() -> None:
     assert not any(TOKEN in arg for arg in command.argv)
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert not any(basic in arg for arg in command.argv)
-    assert command.env["GIT_CONFIG_KEY_0"] == "http.extraHeader"
-    assert command.env["GIT_CONFIG_VALUE_0"] == f"Authorization: Basic {basic}"
-    assert "GIT_CONFIG_VALUE_0" not in git_command(["status"]).env
+    assert not any(basic in value for value in command.env.values())
+    assert command.env["GIT_CONFIG_KEY_1"] == "credential.helper"
+    assert TOKEN not in command.env["GIT_CONFIG_VALUE_1"]  # the helper names the variable
+    assert command.env["KEEL_GIT_TOKEN"] == TOKEN
+    assert "KEEL_GIT_TOKEN" not in git_command(["status"]).env
 
 
 def free_port() -> int:
@@ -145,8 +147,12 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[str | None]] = []
 
     def do_GET(self) -> None:
-        self.seen.append(self.headers.get("Authorization"))
-        self.send_response(404)
+        # Like GitHub: challenge a request without credentials, so git asks its helper.
+        authorization = self.headers.get("Authorization")
+        self.seen.append(authorization)
+        self.send_response(404 if authorization else 401)
+        if not authorization:
+            self.send_header("WWW-Authenticate", 'Basic realm="GitHub"')
         self.end_headers()
 
     def log_message(self, format: str, *args: object) -> None:
@@ -164,12 +170,13 @@ def http_server() -> Iterator[tuple[str, list[str | None]]]:
     server.server_close()
 
 
-async def test_token_sent_as_header_when_git_talks_http(
+async def test_token_sent_by_the_credential_helper_when_the_remote_challenges(
     http_server: tuple[str, list[str | None]],
 ) -> None:
     url, seen = http_server
     result = await git(["ls-remote", url], token=TOKEN, timeout_s=30)
     assert not result.ok
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
-    assert seen and seen[0] == f"Basic {basic}"
+    assert seen[0] is None  # nothing is sent before the remote asks
+    assert f"Basic {basic}" in seen[1:]
     assert TOKEN not in result.stderr

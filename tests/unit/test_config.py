@@ -9,6 +9,8 @@ from typing import Any
 import pydantic
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.config import AppConfig, build_config, describe, load_config
 from runtime.errors import ConfigError
@@ -293,8 +295,18 @@ def test_require_approval_names_the_agents_own_tools_when_configured() -> None:
         build_config(typo, {})
 
 
+def _pem_with_escaped_newlines() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ).decode()
+    return pem.strip().replace("\n", "\\n")
+
+
 def test_github_uses_app_auth_when_app_credentials_are_complete() -> None:
-    pem = "-----BEGIN RSA PRIVATE KEY-----\\nMIIB\\n-----END RSA PRIVATE KEY-----"
+    pem = _pem_with_escaped_newlines()
     tree = {
         "github": {
             "webhook_secret": "${GITHUB_WEBHOOK_SECRET}",
@@ -307,14 +319,29 @@ def test_github_uses_app_auth_when_app_credentials_are_complete() -> None:
     assert (config.github.auth, config.github.enabled) == ("app", True)
     assert config.github.app.app_id == 42
     assert config.github.app.private_key is not None
-    assert "\nMIIB\n" in config.github.app.private_key.get_secret_value()
+    assert "-----\nMII" in config.github.app.private_key.get_secret_value()
+
+
+def test_github_app_key_that_is_not_a_pem_key_is_refused_naming_its_variable() -> None:
+    tree = {
+        "github": {
+            "webhook_secret": "w",
+            "app": {"app_id": 42, "private_key": "${GITHUB_APP_PRIVATE_KEY}", "installation_id": 7},
+        }
+    }
+    garbage = "-----BEGIN RSA PRIVATE KEY-----\\nnot-a-key\\n-----END RSA PRIVATE KEY-----"
+
+    (line,) = problems_of(tree, {"GITHUB_APP_PRIVATE_KEY": garbage})
+
+    assert line.startswith("github.app.private_key: not a valid")
+    assert "GITHUB_APP_PRIVATE_KEY" in line and "not-a-key" not in line
 
 
 def test_github_is_disabled_with_reasons_when_app_credentials_are_partial() -> None:
     tree = {
         "github": {
             "webhook_secret": "w",
-            "app": {"app_id": 42, "private_key": "${GITHUB_APP_PRIVATE_KEY}"},
+            "app": {"private_key": "${GITHUB_APP_PRIVATE_KEY}", "installation_id": 7},
         }
     }
 
@@ -323,13 +350,14 @@ def test_github_is_disabled_with_reasons_when_app_credentials_are_partial() -> N
     assert not config.github.enabled
     (line,) = [line for line in describe(config) if line.startswith("github:")]
     assert "GITHUB_APP_PRIVATE_KEY" in line
-    assert "github.app.installation_id" in line
+    assert "github.app.app_id" in line
     assert "webhook" not in line
 
 
 def test_github_is_rejected_when_token_and_app_are_both_set() -> None:
+    pem = _pem_with_escaped_newlines()
     tree = {
-        "github": {"token": "t", "app": {"app_id": 1, "private_key": "k", "installation_id": 2}}
+        "github": {"token": "t", "app": {"app_id": 1, "private_key": pem, "installation_id": 2}}
     }
 
     (line,) = problems_of(tree)

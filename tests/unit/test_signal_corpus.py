@@ -113,13 +113,15 @@ GITHUB_EXPECTED: dict[tuple[str, str | None], Expected] = {
     ("issue_comment", "deleted"): dropped("unsupported"),
     ("issues", "opened"): kind("issue_opened"),
     ("issues", "edited"): dropped("edited"),
-    ("issues", "labeled"): dropped("unsupported"),
+    # Requests only when they name the bot (assignee) or the configured trigger label.
+    ("issues", "assigned"): dropped("not_addressed"),
+    ("issues", "labeled"): dropped("not_addressed"),
     ("pull_request", "opened"): kind("pr_opened"),
     ("pull_request", "synchronize"): dropped("unsupported"),
     ("pull_request_review_comment", "created"): kind("review_comment"),
     ("pull_request_review_comment", "edited"): dropped("edited"),
     ("pull_request_review_comment", "deleted"): dropped("unsupported"),
-    ("pull_request_review", "submitted"): dropped("unsupported"),
+    ("pull_request_review", "submitted"): dropped("not_addressed"),  # its body is empty
     ("check_run", "completed"): kind("ci_result"),
     ("check_run", "created"): dropped("unsupported"),
     ("check_suite", "completed"): kind("ci_result"),

@@ -7,14 +7,19 @@ Every tool reads its workspace from ``ToolContext.workspace`` (filled by the exe
 from runtime.tools.base import Tool
 from runtime.tools.devbox.command import RunCommand
 from runtime.tools.devbox.files import ApplyPatch, ListFiles, ReadFile, WriteFile
-from runtime.tools.devbox.gittools import GitCommit, GitPush
+from runtime.tools.devbox.gittools import GitCommit, GitCredentials, GitPush
 from runtime.workspace.sandbox import Sandbox
 
 
 def devbox_tools(
-    sandbox: Sandbox | None = None, *, allow_protected: bool = False, token: str | None = None
+    sandbox: Sandbox | None = None,
+    *,
+    allow_protected: bool = False,
+    token: str | None = None,
+    credentials: GitCredentials | None = None,
 ) -> list[Tool]:
-    """The full devbox tool set for one agent; ``token`` authenticates HTTPS pushes."""
+    """The full devbox tool set for one agent; ``credentials`` (or a fixed ``token``)
+    authenticate HTTPS pushes."""
     return [
         ReadFile(),
         ListFiles(),
@@ -22,13 +27,14 @@ def devbox_tools(
         ApplyPatch(),
         RunCommand(sandbox),
         GitCommit(),
-        GitPush(allow_protected=allow_protected, token=token),
+        GitPush(allow_protected=allow_protected, token=token, credentials=credentials),
     ]
 
 
 __all__ = [
     "ApplyPatch",
     "GitCommit",
+    "GitCredentials",
     "GitPush",
     "ListFiles",
     "ReadFile",

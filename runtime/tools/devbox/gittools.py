@@ -8,7 +8,7 @@ default, main, master) unless allowed, and is read back with ``ls-remote``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -19,6 +19,25 @@ from runtime.workspace.git import IDENTITY, git, uses_https
 
 TRAILER = "Keel-Call"
 ALWAYS_PROTECTED = frozenset({"main", "master"})
+
+
+class GitCredentials(Protocol):
+    """The token for a task's remote, asked for at each push so a long task gets a fresh one.
+
+    None when the remote needs none (or Keel has none for it). Raises ``KeelError`` when the
+    token could not be obtained.
+    """
+
+    async def git_token(self, task_id: str, remote_url: str) -> str | None: ...
+
+
+_AUTH_FAILURES = (
+    "authentication failed",
+    "could not read username",
+    "could not read password",
+    "invalid username or password",
+    "403",
+)
 
 
 class CommitArgs(ToolArgs):
@@ -100,9 +119,16 @@ class GitPush:
     parameters = schema(PushArgs)
     effect: Effect = "write"
 
-    def __init__(self, *, allow_protected: bool = False, token: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_protected: bool = False,
+        token: str | None = None,
+        credentials: GitCredentials | None = None,
+    ) -> None:
         self.allow_protected = allow_protected
         self._token = token
+        self._credentials = credentials
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         prepared = prepare(PushArgs, args, ctx)
@@ -111,12 +137,12 @@ class GitPush:
         parsed, ws = prepared
         if (problem := await self._refusal(ws, parsed.branch)) is not None:
             return refused(problem)
-        token = await self._token_for(ws)
+        token = await self._token_for(ws, ctx)
         refspec = f"HEAD:refs/heads/{parsed.branch}"  # no leading '+': never a force push
         result = await git(["push", "--quiet", "origin", refspec], cwd=ws, token=token)
         if not result.ok:
-            return refused(f"git push to {parsed.branch} was rejected:\n{result.stderr.strip()}")
-        outcome = await self._read_back(ws, parsed.branch)
+            return refused(_push_failure(parsed.branch, result.stderr.strip(), token))
+        outcome = await self._read_back(ws, parsed.branch, ctx)
         return outcome if isinstance(outcome, Completed) else refused(outcome.reason)
 
     async def poll(self, handle: str, ctx: ToolContext) -> Completed:
@@ -145,7 +171,7 @@ class GitPush:
         if isinstance(prepared, Completed):
             return Unknown(prepared.output)
         parsed, ws = prepared
-        return await self._read_back(ws, parsed.branch)
+        return await self._read_back(ws, parsed.branch, ctx)
 
     async def _refusal(self, ws: Path, branch: str) -> str | None:
         valid = await git(["check-ref-format", "--branch", branch], cwd=ws)
@@ -158,8 +184,8 @@ class GitPush:
             return f"refusing to push to protected branch {branch!r}; push a feature branch"
         return None
 
-    async def _read_back(self, ws: Path, branch: str) -> Completed | Unknown:
-        token = await self._token_for(ws)
+    async def _read_back(self, ws: Path, branch: str, ctx: ToolContext) -> Completed | Unknown:
+        token = await self._token_for(ws, ctx)
         remote = await git(["ls-remote", "origin", f"refs/heads/{branch}"], cwd=ws, token=token)
         remote_sha = remote.stdout.split()[0] if remote.ok and remote.stdout.strip() else None
         local_sha, _ = await head(ws)
@@ -176,9 +202,25 @@ class GitPush:
             evidence=(evidence,),
         )
 
-    async def _token_for(self, ws: Path) -> str | None:
-        origin = await git(["config", "--get", "remote.origin.url"], cwd=ws)
-        return self._token if uses_https(origin.stdout.strip()) else None
+    async def _token_for(self, ws: Path, ctx: ToolContext) -> str | None:
+        origin = (await git(["config", "--get", "remote.origin.url"], cwd=ws)).stdout.strip()
+        if not uses_https(origin):
+            return None
+        if self._credentials is not None:
+            return await self._credentials.git_token(ctx.task_id, origin)
+        return self._token
+
+
+def _push_failure(branch: str, stderr: str, token: str | None) -> str:
+    if any(sign in stderr.lower() for sign in _AUTH_FAILURES):
+        why = (
+            "the remote refused Keel's token"
+            if token
+            else "the remote requires credentials and Keel has no token for it (configure a "
+            "GitHub App or a repository token)"
+        )
+        return f"git push to {branch} failed: {why}.\n{stderr}"
+    return f"git push to {branch} was rejected:\n{stderr}"
 
 
 async def remote_default_branch(ws: Path) -> str:

@@ -2,7 +2,7 @@
 objective and kind (to count a linked pull request's CI follow-ups).
 
 Revision ID: 0009_prloop
-Revises: 0008_context
+Revises: 0008_github
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from alembic import op
 from runtime.store.models import UtcDateTime
 
 revision = "0009_prloop"
-down_revision = "0008_context"
+down_revision = "0008_github"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,227 @@
+"""GitHub deliveries between the webhook and routing: authorised off the request path, never
+dropped silently.
+
+The webhook holds a person's request in the database and answers at once; ``run`` then asks
+GitHub for the person's role on the repository (``role_name``, so triage and maintain rank as
+themselves), retrying a failing lookup, and hands the Signal with its permission to the sink.
+What routing refuses is answered on the thread:
+
+- a lookup that kept failing gets a reply saying Keel could not verify the permission;
+- an unauthorised request gets a short refusal, once per person and thread, unless
+  ``github.unauthorised: silent``.
+
+Replies are found again by their marker before posting, so a retry never posts twice. A held
+delivery survives a restart: the next ``run`` picks it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from routing.permissions import PermissionSource, with_permission
+from routing.signal import Ignored, Signal
+from runtime.clock import Clock
+from runtime.errors import KeelError, Retryable
+from runtime.store import github as store
+from runtime.store.engine import Database
+from runtime.surfaces import Surface
+from runtime.threads import GitHubIssue
+
+if TYPE_CHECKING:
+    from adapters.web.ingress import SignalSink
+
+log = logging.getLogger(__name__)
+
+Unauthorised = Literal["reply", "silent"]
+
+UNVERIFIED = (
+    "Keel could not verify {login}'s permission on {repo} (GitHub did not answer), so it did "
+    "not act on this request. Please ask again in a few minutes."
+)
+REFUSED = (
+    "Sorry {login}, Keel only takes requests from people with at least {needed} permission "
+    "on {repo}."
+)
+
+
+class GitHubIntake:
+    """Held deliveries → permission → routing, with a visible answer to every refusal."""
+
+    def __init__(
+        self,
+        db: Database,
+        sink: SignalSink,
+        permissions: PermissionSource,
+        clock: Clock,
+        translate: Callable[[str, str, dict[str, Any], datetime], Signal | Ignored],
+        *,
+        surface: Surface | None = None,
+        min_permission: str = "write",
+        unauthorised: Unauthorised = "reply",
+        retry_delays_s: tuple[float, ...] = (2.0, 10.0, 30.0, 120.0),
+        lookup_timeout_s: float = 30.0,
+        max_in_flight: int = 16,  # as many as the client has lookup threads
+    ) -> None:
+        self.db = db
+        self.sink = sink
+        self.permissions = permissions
+        self.clock = clock
+        self.translate = translate
+        self.surface = surface
+        self.min_permission = min_permission
+        self.unauthorised = unauthorised
+        self.retry_delays_s = retry_delays_s
+        self.lookup_timeout_s = lookup_timeout_s
+        self.max_in_flight = max_in_flight
+        self._wake = asyncio.Event()
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._reply_locks: dict[str, asyncio.Lock] = {}
+        self.replies = 0
+
+    async def hold(self, event: str, delivery_id: str, payload: dict[str, Any]) -> None:
+        """Store the delivery (the request path's only work) and wake the resolver."""
+        now = self.clock.now()
+        await self.db.run(lambda s: store.hold(s, delivery_id, event, payload, now))
+        self._wake.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Resolve held deliveries as they come due, up to ``max_in_flight`` at once: a
+        lookup GitHub is slow to answer holds only its own delivery."""
+        try:
+            while not stopping.is_set():
+                self._wake.clear()
+                try:
+                    await self._start_due()
+                except Exception:  # the database is away: try again shortly
+                    log.exception("github intake: reading held deliveries failed")
+                waits = [
+                    asyncio.ensure_future(self._wake.wait()),
+                    asyncio.ensure_future(stopping.wait()),
+                ]
+                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                for waiting in waits:
+                    waiting.cancel()
+        finally:
+            # Unfinished ones stay held in the database: the next start resolves them.
+            for running in self._in_flight.values():
+                running.cancel()
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+
+    async def _start_due(self) -> None:
+        room = self.max_in_flight - len(self._in_flight)
+        if room <= 0:
+            return
+        now = self.clock.now()
+        limit = room + len(self._in_flight)
+        held = await self.db.run(lambda s: store.due(s, now, limit))
+        for item in held:
+            if item.delivery_id in self._in_flight or room <= 0:
+                continue
+            room -= 1
+            running = asyncio.create_task(self._resolve_logged(item))
+            self._in_flight[item.delivery_id] = running
+            running.add_done_callback(functools.partial(self._finished, item.delivery_id))
+
+    def _finished(self, delivery_id: str, _: asyncio.Task[None]) -> None:
+        self._in_flight.pop(delivery_id, None)
+        self._wake.set()
+
+    async def _resolve_logged(self, held: store.HeldDelivery) -> None:
+        try:
+            await self._resolve(held)
+        except Exception:
+            log.exception("github intake: delivery %s", held.delivery_id)
+
+    async def process_due(self) -> int:
+        """Resolve every held delivery that is due, to the end; how many were handled."""
+        now = self.clock.now()
+        held = await self.db.run(lambda s: store.due(s, now, self.max_in_flight))
+        await asyncio.gather(*(self._resolve(item) for item in held))
+        return len(held)
+
+    async def _resolve(self, held: store.HeldDelivery) -> None:
+        outcome = self.translate(held.event, held.delivery_id, held.payload, held.received_at)
+        unverified = False
+        if isinstance(outcome, Signal) and outcome.repo is not None:
+            try:
+                found = await asyncio.wait_for(
+                    self.permissions.permission(outcome.repo, outcome.actor.name),
+                    self.lookup_timeout_s,
+                )
+            except (KeelError, TimeoutError) as e:
+                if held.attempts < len(self.retry_delays_s):
+                    await self._postpone(held, e)
+                    return
+                log.warning(
+                    "permission of %s on %s unknown after %d tries: %s",
+                    outcome.actor.name, outcome.repo, held.attempts + 1, e,
+                )
+                unverified = True
+            else:
+                outcome = with_permission(outcome, found)
+        try:
+            result = await self.sink.accept(
+                outcome,
+                provider="github",
+                delivery_id=held.delivery_id,
+                raw_kind=_raw_kind(held.event, held.payload),
+            )
+            if (
+                isinstance(outcome, Signal)
+                and result.decision == "drop"
+                and result.reason == "unauthorised"
+            ):
+                await self._answer_refusal(outcome, unverified=unverified)
+        except (KeelError, OSError) as e:  # the store or GitHub is away: keep it held
+            await self._postpone(held, e, count=False)
+            return
+        await self.db.run(lambda s: store.release(s, held.delivery_id))
+
+    async def _postpone(
+        self, held: store.HeldDelivery, error: BaseException, *, count: bool = True
+    ) -> None:
+        attempts = held.attempts + 1 if count else held.attempts
+        delays = self.retry_delays_s or (1.0,)
+        delay = delays[min(attempts - 1 if count else attempts, len(delays) - 1)]
+        next_at = self.clock.now() + timedelta(seconds=delay)
+        text = f"{type(error).__name__}: {error}"
+        await self.db.run(
+            lambda s: store.postpone(s, held.delivery_id, attempts, next_at, text)
+        )
+
+    async def _answer_refusal(self, signal: Signal, *, unverified: bool) -> None:
+        thread = signal.thread_ref
+        if self.surface is None or not isinstance(thread, GitHubIssue):
+            return
+        login, repo = signal.actor.name, thread.repo
+        if unverified:
+            key = f"unverified:{signal.delivery_id}"
+            text = UNVERIFIED.format(login=login, repo=repo)
+        elif self.unauthorised == "reply":
+            key = f"refused:{login.lower()}"  # once per person per thread
+            text = REFUSED.format(login=login, repo=repo, needed=self.min_permission)
+        else:
+            return
+        # Two requests of one person in one thread resolve at once: one reply between them.
+        lock = self._reply_locks.setdefault(f"{thread.root}:{key}", asyncio.Lock())
+        async with lock:
+            try:
+                if await self.surface.find_post(thread.root, key=key) is not None:
+                    return
+                await self.surface.post(thread.root, text, key=key)
+            except Retryable:
+                raise
+            except KeelError as e:
+                log.warning("could not answer %s on %s: %s", login, thread, e)
+                return
+        self.replies += 1
+
+
+def _raw_kind(event: str, payload: dict[str, Any]) -> str:
+    action = payload.get("action")
+    return f"{event}.{action}" if isinstance(action, str) else event

@@ -21,7 +21,6 @@ from adapters.github.client import GitHubClient
 from adapters.github.intake import GitHubIntake
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
-from adapters.github.webhook import GitHubWebhook
 from adapters.logs import register_secrets
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
@@ -55,6 +54,7 @@ from runtime.worker import Worker
 from runtime.workspace import Workspaces
 
 if TYPE_CHECKING:
+    from adapters.github.webhook import GitHubWebhook
     from runtime.store.listen import PgListener
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,9 @@ class Keel:
         surface = GitHubSurface(github)
         self.surfaces["github"] = surface
         self.checkouts.host = github
+        # The webhook's request/response types are Starlette's: a worker never imports them.
+        from adapters.github.webhook import GitHubWebhook
+
         webhook = GitHubWebhook.from_config(
             cfg, self.sink, self.clock, installations=github.installations
         )

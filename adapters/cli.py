@@ -11,7 +11,6 @@ import typer
 
 from adapters import cli_tasks
 from adapters.config import AppConfig, describe, load_config
-from adapters.online import online_checks
 from runtime.errors import ConfigError
 from runtime.store.engine import make_engine, resolve_url
 from runtime.store.migrate import is_current, upgrade
@@ -65,6 +64,8 @@ def config_check(
         typer.echo(line)
     _warn_if_deaf(config)
     if online:
+        from adapters.online import online_checks  # PyGithub and slack_sdk: only when asked
+
         checks = online_checks(config)
         for check in checks:
             typer.echo(check.line, err=not check.ok)

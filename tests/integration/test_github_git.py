@@ -1,5 +1,8 @@
 """Git over HTTPS with the installation token: real git against the emulator's smart-HTTP remote.
 
+The emulator serves real TLS with a certificate made at start; git trusts it the way an operator
+makes it trust a private CA, through ``GIT_SSL_CAINFO``, which Keel passes to git.
+
 The remote answers 401 without a token it issued, so a push that succeeds proves the token was
 sent; the credential helper is the only way it travels, so no argv, file or log may hold it.
 """
@@ -19,7 +22,7 @@ import pytest
 from adapters.checkouts import Checkouts
 from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
-from adapters.emulators.server import serve
+from adapters.emulators.server import RunningServer, serve
 from adapters.github.client import GitHubClient
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
@@ -44,11 +47,20 @@ class Remote:
         return self.state.issue_installation_token(self.state.installation_id).token
 
 
+def _trust(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Git (GIT_SSL_CAINFO) and PyGithub (REQUESTS_CA_BUNDLE) trust the emulator's certificate."""
+    assert server.url.startswith("https://") and server.ca_file is not None
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(server.ca_file))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(server.ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+
+
 @pytest.fixture
-def remote(tmp_path: Path) -> Iterator[Remote]:
+def remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Remote]:
     state = GitHubState()
     state.add_git_repo(REPO, tmp_path / "remote", files={"app.py": "print('hi')\n"})
-    with serve(create_github_app(state)) as server:
+    with serve(create_github_app(state), tls=True) as server:
+        _trust(server, monkeypatch)
         yield Remote(state, server.url)
 
 
@@ -180,7 +192,7 @@ async def test_clone_fails_when_the_remote_requires_a_token_and_none_is_given(
 
 
 async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_two_are_installed(
-    tmp_path: Path, database: Database
+    tmp_path: Path, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
@@ -189,7 +201,8 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
     state.add_git_repo("acme/rockets", tmp_path / "remote", installation_id=501)
     state.add_git_repo("globex/widgets", tmp_path / "remote", installation_id=502)
     scheduler = Scheduler(database)
-    with serve(create_github_app(state)) as server:
+    with serve(create_github_app(state), tls=True) as server:
+        _trust(server, monkeypatch)
         client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
         # Neither is in workspace.repositories: both come from the App, on demand.
         checkouts = Checkouts(
@@ -263,3 +276,15 @@ async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_o
     assert isinstance(pushed, Completed) and not pushed.is_error, pushed.output
     assert installations.tokens_issued >= 2  # the clone's, then fresh ones for the push
     assert state.repos[REPO].branch_sha("keel/late") is not None
+
+
+async def test_clone_fails_on_the_certificate_when_git_is_not_told_to_trust_the_remotes_ca(
+    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GIT_SSL_CAINFO")
+    monkeypatch.delenv("SSL_CERT_FILE")
+    token = remote.token()
+    workspaces = Workspaces(tmp_path / "workspaces", sandbox="none")
+    with pytest.raises(Exception, match=r"(?i)certificate|SSL") as raised:
+        await workspaces.ensure(WorkspaceSpec("t-1", remote.clone_url), token)
+    assert token not in str(raised.value)

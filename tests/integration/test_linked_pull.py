@@ -230,8 +230,11 @@ async def test_a_review_comment_below_min_permission_on_a_linked_pull_gets_one_r
         # Delivered twice under one id, once more under another: one refusal between them.
         await live.send_github("pull_request_review_comment", comment, delivery_id="m-1", times=2)
         await live.send_github("pull_request_review_comment", comment, delivery_id="m-2")
+        # A second comment of theirs in the same thread: refused once per person and thread.
+        again = _review_comment(9102, "mallory", pull)
+        await live.send_github("pull_request_review_comment", again, delivery_id="m-3")
         async with asyncio.timeout(30):
-            while len(await _decisions(db)) < 2 or not _pull_comments(live, pull, "Sorry"):
+            while len(await _decisions(db)) < 3 or not _pull_comments(live, pull, "Sorry"):
                 await asyncio.sleep(0.1)
         await live.drained()
         await asyncio.sleep(0.5)  # a second refusal, if one were coming, would be posted now
@@ -240,7 +243,7 @@ async def test_a_review_comment_below_min_permission_on_a_linked_pull_gets_one_r
         mailbox = await _mailbox(db, task_id)
         tasks_after = await _tasks(db)
     db.close()
-    assert ("drop", "unauthorised") in decisions
+    assert decisions.count(("drop", "unauthorised")) == 2
     assert all(d != ("append", None) and d != ("new_task", None) for d in decisions)
     assert len(refusals) == 1 and "write" in refusals[0]
     assert len(_pull_comments(live, pull, "Sorry")) == 1

@@ -167,6 +167,7 @@ class _Review(_Payload):
     id: int
     body: str | None = None
     html_url: str | None = None
+    state: str | None = None  # "changes_requested", "approved", "commented" (lowercase)
 
 
 class _ReviewEvent(_Common):
@@ -356,8 +357,13 @@ def _review_submitted(payload: Mapping[str, Any], delivery: _Delivery) -> Signal
         return parsed
     review = parsed.review
     said = _said(review.body or "", delivery.trigger)
-    if not said.addressed:
+    # Changes requested pass without a mention: routing knows whether the pull request is a
+    # task's (a follow-up of that task) or not (dropped there, with its reason recorded).
+    changes = (review.state or "").lower() == "changes_requested"
+    if not (said.addressed or changes):
         return Ignored("not_addressed", "pull_request_review.submitted without a mention")
+    if changes and not said.text.strip():
+        said = _Said("Changes requested in a review.", said.addressed, said.command_text)
     return _signal(
         delivery,
         parsed,

@@ -18,7 +18,7 @@ from runtime.scheduler import Scheduler
 from runtime.store import links
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import OutboxRow, SignalRow
+from runtime.store.models import OutboxRow, SignalRow, TaskRow
 from runtime.store.records import TaskResult, TaskStatus
 from tests.integration.keel_live import CHANNEL, GH_REPO, Live, live_keel
 
@@ -28,13 +28,28 @@ PULL = 2  # the corpus review comment's pull request
 EXTRA = {"github": {"min_permission": "write"}}
 
 
-def _review_comment(comment_id: int, login: str = "Codertocat") -> dict[str, Any]:
+def _review_comment(
+    comment_id: int, login: str = "Codertocat", pull: int = PULL
+) -> dict[str, Any]:
     return load_github_example(
         "pull_request_review_comment/created",
         **{
             "comment.id": comment_id,
             "comment.body": "This should handle the empty cart too.",
             "sender.login": login,
+            "pull_request.number": pull,
+        },
+    )
+
+
+def _changes_requested(review_id: int, pull: int = PULL) -> dict[str, Any]:
+    return load_github_example(
+        "pull_request_review/submitted",
+        **{
+            "review.id": review_id,
+            "review.state": "changes_requested",
+            "review.body": "Please cover the empty cart before merging.",
+            "pull_request.number": pull,
         },
     )
 
@@ -57,7 +72,7 @@ async def _mailbox(db: Database, task_id: str) -> list[str]:
     return [m.text for m in messages]
 
 
-async def _task_with_pull(live: Live, db: Database) -> tuple[str, str]:
+async def _task_with_pull(live: Live, db: Database, pull: int = PULL) -> tuple[str, str]:
     """A Slack task (no workers: it stays queued) whose pull request is linked as when its
     open_pull_request call settles."""
     mention = live.mention("please fix the checkout for empty carts")
@@ -67,9 +82,9 @@ async def _task_with_pull(live: Live, db: Database) -> tuple[str, str]:
     assert task is not None
     item = EvidenceItem(
         "pull_request",
-        f"https://github.com/{GH_REPO}/pull/{PULL}",
+        f"https://github.com/{GH_REPO}/pull/{pull}",
         Strength.provider_read_back,
-        {"repo": GH_REPO, "number": PULL, "head_ref": "keel/fix", "head_sha": OLD},
+        {"repo": GH_REPO, "number": pull, "head_ref": "keel/fix", "head_sha": OLD},
     )
     pushed = EvidenceItem(
         "commit",
@@ -186,3 +201,76 @@ async def test_a_push_moves_the_linked_head_and_a_second_link_keeps_the_first_ow
     item = EvidenceItem("commit", "e" * 40, Strength.tool_reported, {"sha": "e" * 40})
     await database.run(lambda s: links.record_evidence(s, "t_missing", "t_missing", item, now))
     assert (await database.read(lambda s: links.pull_link(s, "acme/shop", 7))) == link
+
+
+def _pull_comments(live: Live, number: int, containing: str) -> list[str]:
+    repo = live.github.repos[GH_REPO]
+    return [
+        c.body
+        for cid in repo.issues[number].comment_ids
+        if containing in (c := repo.comments[cid]).body
+    ]
+
+
+async def _tasks(db: Database) -> int:
+    return len(await db.read(lambda s: list(s.query(TaskRow))))
+
+
+async def test_a_review_comment_below_min_permission_on_a_linked_pull_gets_one_refusal_only(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path, db_url, extra=EXTRA) as live:
+        live.github.set_permission(GH_REPO, "mallory", "read")
+        pull = live.github.add_pull(GH_REPO, "Fix empty carts", user="keel-bot", head="keel/fix")
+        task_id, _ = await _task_with_pull(live, db, pull)
+        tasks_before = await _tasks(db)
+
+        comment = _review_comment(9101, "mallory", pull)
+        # Delivered twice under one id, once more under another: one refusal between them.
+        await live.send_github("pull_request_review_comment", comment, delivery_id="m-1", times=2)
+        await live.send_github("pull_request_review_comment", comment, delivery_id="m-2")
+        # A second comment of theirs in the same thread: refused once per person and thread.
+        again = _review_comment(9102, "mallory", pull)
+        await live.send_github("pull_request_review_comment", again, delivery_id="m-3")
+        async with asyncio.timeout(30):
+            while len(await _decisions(db)) < 3 or not _pull_comments(live, pull, "Sorry"):
+                await asyncio.sleep(0.1)
+        await live.drained()
+        await asyncio.sleep(0.5)  # a second refusal, if one were coming, would be posted now
+        decisions = await _decisions(db)
+        refusals = _pull_comments(live, pull, "Sorry mallory")
+        mailbox = await _mailbox(db, task_id)
+        tasks_after = await _tasks(db)
+    db.close()
+    assert decisions.count(("drop", "unauthorised")) == 2
+    assert all(d != ("append", None) and d != ("new_task", None) for d in decisions)
+    assert len(refusals) == 1 and "write" in refusals[0]
+    assert len(_pull_comments(live, pull, "Sorry")) == 1
+    assert mailbox == []
+    assert tasks_after == tasks_before
+
+
+async def test_changes_requested_on_a_linked_pull_is_one_follow_up_without_a_mention(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path, db_url, extra=EXTRA) as live:
+        task_id, _ = await _task_with_pull(live, db)
+        review = _changes_requested(8001)
+        await live.send_github("pull_request_review", review, delivery_id="r-1", times=2)
+        await live.send_github("pull_request_review", review, delivery_id="r-2")
+        # The same review on a pull request no task opened: dropped, with the reason kept.
+        unlinked = _changes_requested(8002, pull=PULL + 40)
+        await live.send_github("pull_request_review", unlinked, delivery_id="r-3")
+        async with asyncio.timeout(30):
+            while len(await _decisions(db)) < 3:
+                await asyncio.sleep(0.1)
+        await live.drained()
+        said = await _mailbox(db, task_id)
+        decisions = await _decisions(db)
+    db.close()
+    assert said == ["Please cover the empty cart before merging."]
+    assert decisions.count(("append", None)) == 1
+    assert ("drop", "duplicate") in decisions
+    assert ("drop", "not_addressed") in decisions

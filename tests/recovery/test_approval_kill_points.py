@@ -23,6 +23,10 @@ SCRIPT = {
             "turns": [
                 {"tool_calls": [{"name": "create_thing", "args": {"title": "release"}}]},
                 {"say": "released"},
+                # The second person's "approve" may land after the answer (SQLite serialises
+                # the test's appends with the worker's commits): it is then a follow-up, and
+                # the model answers it once more.
+                {"say": "released"},
             ]
         }
     ]

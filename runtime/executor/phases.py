@@ -120,24 +120,8 @@ async def check_scheduler(
     messages = await ctx.scheduler.read_mailbox(task.task_id, after=position)
     if not messages:
         return goto(run, "call_model", state=state)
-    template = ctx.agent(task.agent).mailbox_template
-    who = await brief.senders(ctx, messages)
+    items = await brief.follow_up_items(ctx, task, messages)
     now = ctx.clock.now()
-
-    items = [
-        transcripts.NewItem(
-            tx.mailbox_key(message.message_id),
-            "user",
-            "mailbox",
-            {
-                "type": "user_text",
-                "text": tx.render_mailbox(template, message, who[message.message_id]),
-                "message_id": message.message_id,
-                "seq": message.seq,
-            },
-        )
-        for message in messages
-    ]
 
     def write(session: Transaction) -> None:
         transcripts.add_transcript_items(session, task.task_id, items, now)

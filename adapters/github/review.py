@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from adapters.github.client import GitHubClient, ReviewCommentInfo
+from adapters.github.client import ReviewCommentInfo
 from adapters.github.surface import marker, with_marker
+from adapters.github.toolbase import GitHubRead, GitHubTool, call_key, workspace_head
 from runtime.evidence import EvidenceItem, Strength
-from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
-from runtime.workspace.git import git
-
-if TYPE_CHECKING:
-    from adapters.github.tools import RepoFor
+from runtime.tools.base import Completed, Effect, Started, ToolContext, Unknown
 
 HUNK_LIMIT = 1500
 _KEEL = "<!-- keel:"
@@ -39,7 +36,7 @@ def _answered(thread: list[ReviewCommentInfo]) -> bool:
     return _KEEL in thread[-1].body
 
 
-class ReviewThreads:
+class ReviewThreads(GitHubRead):
     name = "review_threads"
     description = (
         "List the review threads of a pull request: file, line, diff hunk and comments; "
@@ -50,11 +47,6 @@ class ReviewThreads:
         "properties": {"number": {"type": "integer"}},
         "required": ["number"],
     }
-    effect: Effect = "read"
-
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
-        self.client = client
-        self.repo_for = repo_for
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         repo, number = await self.repo_for(ctx.task_id), int(args["number"])
@@ -72,14 +64,8 @@ class ReviewThreads:
         ]
         return Completed(json.dumps(listed, ensure_ascii=False))
 
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Completed(f"{self.name} has no background work to poll", is_error=True)
 
-    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
-        return Unknown("reads are repeated, not reconciled")
-
-
-class ReplyToReviewThreads:
+class ReplyToReviewThreads(GitHubTool):
     name = "reply_to_review_threads"
     description = (
         "After pushing a fix, reply in review threads of a pull request (one thread by the "
@@ -95,11 +81,7 @@ class ReplyToReviewThreads:
         },
         "required": ["number", "text"],
     }
-    effect: Effect = "write"
-
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
-        self.client = client
-        self.repo_for = repo_for
+    effect: ClassVar[Effect] = "write"
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         return await self._reply(args, ctx)
@@ -110,18 +92,15 @@ class ReplyToReviewThreads:
         wanted = _targets(threads, args.get("comment_id"))
         if not wanted:
             return Completed("no review thread to reply in", is_error=True)
-        sha = await _head(ctx)
+        sha = await workspace_head(ctx)
         text = str(args["text"]).rstrip()
-        body = with_marker(f"{text}\n\nAddressed in {sha}." if sha else text, _key(ctx))
+        body = with_marker(f"{text}\n\nAddressed in {sha}." if sha else text, call_key(ctx))
         done = [
             await self.client.reply_to_review_comment(repo, number, first_id, body)
             for first_id in wanted
             if not _replied(threads[first_id], ctx)
         ]
         return _replied_in(repo, number, done, sha)
-
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Completed(f"{self.name} has no background work to poll", is_error=True)
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         """Replied if every thread it was for carries this call's marker; the rest are
@@ -138,18 +117,7 @@ def _targets(threads: dict[int, list[ReviewCommentInfo]], comment_id: Any) -> li
 
 
 def _replied(thread: list[ReviewCommentInfo], ctx: ToolContext) -> bool:
-    return any(c.body.rstrip().endswith(marker(_key(ctx))) for c in thread)
-
-
-def _key(ctx: ToolContext) -> str:
-    return f"call:{ctx.call_id}"
-
-
-async def _head(ctx: ToolContext) -> str | None:
-    if ctx.workspace is None:
-        return None
-    found = await git(["rev-parse", "HEAD"], cwd=ctx.workspace)
-    return found.stdout.strip() if found.ok else None
+    return any(c.body.rstrip().endswith(marker(call_key(ctx))) for c in thread)
 
 
 def _replied_in(

@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from adapters.github.client import CheckRunInfo, GitHubClient, PullRequestInfo, StatusInfo
 from adapters.github.review import ReplyToReviewThreads, ReviewThreads
 from adapters.github.surface import marker, with_marker
+from adapters.github.toolbase import (
+    GitHubRead,
+    GitHubTool,
+    RepoFor,
+    call_key,
+    fixed_repo,
+    workspace_head,
+)
 from runtime.errors import NotFound, Permanent, Retryable
 from runtime.evidence import EvidenceItem, Strength
 from runtime.tools.base import Completed, Effect, Pending, Started, Tool, ToolContext, Unknown
-from runtime.workspace.git import git
 
-RepoFor = Callable[[str], Awaitable[str]]
-"""The ``owner/name`` a task works on, given its task id."""
+__all__ = ["RepoFor", "fixed_repo", "github_tools"]
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _PASSED = frozenset({"success", "neutral", "skipped"})
@@ -32,20 +37,13 @@ LOG_LINES = 200
 LOG_CHARS = 20_000
 
 
-def fixed_repo(full_name: str) -> RepoFor:
-    async def repo_for(task_id: str) -> str:
-        return full_name
-
-    return repo_for
-
-
-class OpenPullRequest:
+class OpenPullRequest(GitHubTool):
     name = "open_pull_request"
     description = (
         "Open a pull request from a pushed branch. Returns its number, URL and head sha as "
         "read back from GitHub."
     )
-    _PARAMETERS: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "branch": {"type": "string", "description": "the pushed head branch"},
@@ -55,12 +53,7 @@ class OpenPullRequest:
         },
         "required": ["branch", "title", "base"],
     }
-    effect: Effect = "write"
-
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
-        self.client = client
-        self.repo_for = repo_for
-        self.parameters: dict[str, Any] = self._PARAMETERS
+    effect: ClassVar[Effect] = "write"
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         repo = await self.repo_for(ctx.task_id)
@@ -79,9 +72,6 @@ class OpenPullRequest:
                 return Completed(f"GitHub refused the pull request: {refused}", is_error=True)
             return await self._found_or_raise(args, ctx, refused)
         return await self._read_back(repo, created.number, existed=False)
-
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Completed(f"{self.name} has no background work to poll", is_error=True)
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         repo = await self.repo_for(ctx.task_id)
@@ -132,13 +122,13 @@ def _pull_evidence(repo: str, pull: PullRequestInfo) -> EvidenceItem:
     )
 
 
-class WaitForCi:
+class WaitForCi(GitHubTool):
     name = "wait_for_ci"
     description = (
         "Wait for the CI checks and commit statuses on one commit sha to finish, and report "
         "their conclusions."
     )
-    _PARAMETERS: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "sha": {
@@ -148,18 +138,12 @@ class WaitForCi:
         },
         "required": ["sha"],
     }
-    effect: Effect = "wait"
-
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
-        self.client = client
-        self.repo_for = repo_for
-        self.parameters: dict[str, Any] = self._PARAMETERS
+    effect: ClassVar[Effect] = "wait"
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         sha = str(args.get("sha", "")).strip().lower()
-        if sha == "head" and ctx.workspace is not None:
-            head = await git(["rev-parse", "HEAD"], cwd=ctx.workspace)
-            sha = head.stdout.strip() if head.returncode == 0 else sha
+        if sha == "head":
+            sha = await workspace_head(ctx) or sha
         if not _SHA.match(sha):
             return Completed(f"wait_for_ci needs a full 40-character sha, got {sha!r}", True)
         return Started(handle=sha)
@@ -179,13 +163,13 @@ class WaitForCi:
         return Unknown("wait_for_ci is resumed by polling its sha, not reconciled")
 
 
-class CiJobLog:
+class CiJobLog(GitHubRead):
     name = "ci_job_log"
     description = (
         "Read the tail of a GitHub Actions job's log, by the id of its check run (a failed "
         "check's follow-up names it)."
     )
-    _PARAMETERS: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "check_run_id": {"type": "integer"},
@@ -193,12 +177,6 @@ class CiJobLog:
         },
         "required": ["check_run_id"],
     }
-    effect: Effect = "read"
-
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
-        self.client = client
-        self.repo_for = repo_for
-        self.parameters: dict[str, Any] = self._PARAMETERS
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         repo, job_id = await self.repo_for(ctx.task_id), int(args["check_run_id"])
@@ -210,12 +188,6 @@ class CiJobLog:
         tail = text.splitlines()[-lines:]
         clipped = "\n".join(tail)[-LOG_CHARS:]
         return Completed(f"last {len(tail)} lines of the log of job {job_id}:\n{clipped}")
-
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Completed(f"{self.name} has no background work to poll", is_error=True)
-
-    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
-        return Unknown("reads are repeated, not reconciled")
 
 
 def _ci_outcome(
@@ -242,24 +214,19 @@ def _ci_outcome(
     return Completed(output, is_error=not passed, evidence=(evidence,))
 
 
-class CommentOnIssue:
+class CommentOnIssue(GitHubTool):
     name = "comment_on_issue"
     description = "Post a comment on an issue or pull request of the task's repository."
-    _PARAMETERS: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {"number": {"type": "integer"}, "text": {"type": "string"}},
         "required": ["number", "text"],
     }
-    effect: Effect = "write"
-
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
-        self.client = client
-        self.repo_for = repo_for
-        self.parameters: dict[str, Any] = self._PARAMETERS
+    effect: ClassVar[Effect] = "write"
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         repo, number = await self.repo_for(ctx.task_id), int(args["number"])
-        body = with_marker(str(args["text"]), _call_key(ctx))
+        body = with_marker(str(args["text"]), call_key(ctx))
         try:
             comment = await self.client.create_comment(repo, number, body)
         except Retryable as lost:
@@ -269,21 +236,14 @@ class CommentOnIssue:
             raise lost
         return _commented(repo, number, comment.comment_id, comment.url, Strength.tool_reported)
 
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Completed(f"{self.name} has no background work to poll", is_error=True)
-
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         repo, number = await self.repo_for(ctx.task_id), int(args["number"])
-        wanted = marker(_call_key(ctx))
+        wanted = marker(call_key(ctx))
         for comment in await self.client.list_comments(repo, number):
             if comment.body.rstrip().endswith(wanted):
                 read_back = Strength.provider_read_back
                 return _commented(repo, number, comment.comment_id, comment.url, read_back)
         return Unknown(f"no comment on {repo}#{number} carries call {ctx.call_id}")
-
-
-def _call_key(ctx: ToolContext) -> str:
-    return f"call:{ctx.call_id}"
 
 
 def _commented(repo: str, number: int, comment_id: int, url: str, strength: Strength) -> Completed:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from runtime.execution import ApprovalAsk, RunState
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition, Write
+from runtime.executor.context import ExecutorContext, Transition, goto
 from runtime.store import outbox, tool_calls
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
@@ -93,7 +93,7 @@ async def ask(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) 
         approval_ask=question,
         mailbox_replay_from=run.mailbox_position if replay is None else replay,
     )
-    return _goto(run, "await_approval", state, writes=(post,), after="wait")
+    return goto(run, "await_approval", state=state, writes=(post,), after="wait")
 
 
 def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> Next:
@@ -111,7 +111,7 @@ def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord)
             session, task.task_id, call.call_id, outcome="rejected", result=result, now=now
         )
 
-    return _goto(run, "dispatch_tools", run.state, writes=(refuse,))
+    return goto(run, "dispatch_tools", writes=(refuse,))
 
 
 def approval_actions(call_id: str) -> tuple[Action, Action]:
@@ -156,19 +156,19 @@ def _clip(text: str, limit: int = 1500) -> str:
 async def await_approval(run: Run, task: Task, ctx: ExecutorContext) -> Next:
     """Ticked by a reply, a stop, or a stale wake-up."""
     if run.stop_requested:
-        return _goto(run, "dispatch_tools", run.state)  # it cancels the unstarted calls
+        return goto(run, "dispatch_tools")  # it cancels the unstarted calls
     question = run.state.approval_ask
     if question is None or task.mailbox_seq <= run.mailbox_position:
-        return _goto(run, "await_approval", run.state, after="wait")
+        return goto(run, "await_approval", after="wait")
     messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
     if not messages:
-        return _goto(run, "await_approval", run.state, after="wait")
+        return goto(run, "await_approval", after="wait")
     for message in messages:
         fresh = message.seq > question.after
         answer = answer_of(message.text, question.call_id) if fresh else None
         if answer is not None:
             return _answered(run, task, ctx, question, message, answer)
-    return _goto(run, "await_approval", run.state, messages[-1].seq, after="wait")
+    return goto(run, "await_approval", mailbox_position=messages[-1].seq, after="wait")
 
 
 def _answered(
@@ -191,7 +191,9 @@ def _answered(
             outbox.set_body(session, approval_key(call_id), f"{asked}\n✅ Approved by {who}.", ())
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} approved by {who}")
 
-        return _goto(run, "dispatch_tools", state, message.seq, writes=(approved,))
+        return goto(
+            run, "dispatch_tools", state=state, mailbox_position=message.seq, writes=(approved,)
+        )
     reason = answer.reason or "no reason given"
     output = f"rejected: {who} did not approve this {name} call: {reason}. It was not run."
 
@@ -203,7 +205,9 @@ def _answered(
         outbox.set_body(session, approval_key(call_id), f"{asked}\n❌ Rejected by {who}.", ())
         ctx.reporter.on_phase(session, task, "dispatch_tools", f"{name} rejected by {who}")
 
-    return _goto(run, "dispatch_tools", state, message.seq, writes=(rejected,))
+    return goto(
+        run, "dispatch_tools", state=state, mailbox_position=message.seq, writes=(rejected,)
+    )
 
 
 def answer_of(text: str, call_id: str) -> Answer | None:
@@ -232,19 +236,3 @@ def replay_position(run: Run) -> int:
 def after_turn(state: RunState) -> RunState:
     """The run state once a turn's approvals are over."""
     return replace(state, approval_ask=None, approved_calls=(), mailbox_replay_from=None)
-
-
-To = Literal["await_approval", "dispatch_tools"]
-
-
-def _goto(
-    run: Run,
-    phase: To,
-    state: RunState,
-    position: int | None = None,
-    writes: tuple[Write, ...] = (),
-    *,
-    after: Literal["continue", "wait"] = "continue",
-) -> Next:
-    mailbox_position = run.mailbox_position if position is None else position
-    return Transition(phase, state, run.turn, mailbox_position, writes, after)

@@ -15,12 +15,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from runtime.config import AgentLimits
-from runtime.execution import Phase, RunState
 from runtime.executor import brief, fitting, wip
-from runtime.executor.context import ExecutorContext, Transition, Write
+from runtime.executor.context import ExecutorContext, Transition, Write, goto
 from runtime.reporting import stop_action
 from runtime.store import ledger, outbox, transcripts, usage
 from runtime.store.engine import Transaction
@@ -78,7 +77,7 @@ async def check(
         ctx.reporter.on_phase(session, task, "await_budget", "paused at its budget")
 
     state = replace(run.state, budget_ask=ask)
-    return _goto(run, "await_budget", state, writes=(post,), wait_until=until)
+    return goto(run, "await_budget", state=state, writes=(post,), after="wait", wake_at=until)
 
 
 def _activation_since(run: Run) -> datetime | None:
@@ -150,7 +149,7 @@ async def await_budget(
 ) -> Transition[Literal["await_budget", "check_scheduler", "report_failure", "report_stopped"]]:
     """Ticked by a reply, a stop, the answer timer, or a stale wake-up."""
     if run.stop_requested:
-        return _goto(run, "report_stopped", run.state)
+        return goto(run, "report_stopped")
     ask = dict(run.state.budget_ask or {})
     until = datetime.fromisoformat(str(ask.get("until")))
     if task.mailbox_seq > run.mailbox_position:
@@ -159,8 +158,8 @@ async def await_budget(
             return await _answered(run, task, ctx, messages, until)
     if ctx.clock.now() >= until:
         ended = {"outcome": "budget_exhausted", "summary": _exhausted(ask)}
-        return _goto(run, "report_failure", replace(run.state, budget_ended=ended))
-    return _goto(run, "await_budget", run.state, wait_until=until)
+        return goto(run, "report_failure", state=replace(run.state, budget_ended=ended))
+    return goto(run, "await_budget", after="wait", wake_at=until)
 
 
 async def _answered(
@@ -189,13 +188,25 @@ async def _answered(
     match answer:
         case "continue":
             granted = replace(state, budget_ask=None, budget_grants=state.budget_grants + 1)
-            return _goto(run, "check_scheduler", granted, position, writes)
+            return goto(
+                run, "check_scheduler", state=granted, mailbox_position=position, writes=writes
+            )
         case "stop":
             ended = {"outcome": "budget_stopped", "summary": _stopped(dict(state.budget_ask or {}))}
             stopped = replace(state, budget_ended=ended)
-            return _goto(run, "report_failure", stopped, position, writes)
+            return goto(
+                run, "report_failure", state=stopped, mailbox_position=position, writes=writes
+            )
         case None:
-            return _goto(run, "await_budget", state, position, writes, wait_until=until)
+            return goto(
+                run,
+                "await_budget",
+                state=state,
+                mailbox_position=position,
+                writes=writes,
+                after="wait",
+                wake_at=until,
+            )
 
 
 def answer_of(text: str) -> Answer | None:
@@ -213,23 +224,3 @@ def _exhausted(ask: dict[str, Any]) -> str:
 def _stopped(ask: dict[str, Any]) -> str:
     reached = ask.get("reached", "its budget")
     return f"Stopped at its budget of {reached} on request.\n{ask.get('progress', '')}"
-
-
-To = TypeVar("To", bound=Phase)
-
-
-def _goto(
-    run: Run,
-    phase: To,
-    state: RunState,
-    position: int | None = None,
-    writes: tuple[Write, ...] = (),
-    *,
-    wait_until: datetime | None = None,
-) -> Transition[To]:
-    mailbox_position = run.mailbox_position if position is None else position
-    if wait_until is None:
-        return Transition(phase, state, run.turn, mailbox_position, writes)
-    return Transition(
-        phase, state, run.turn, mailbox_position, writes, after="wait", wake_at=wait_until
-    )

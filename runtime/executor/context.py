@@ -19,6 +19,7 @@ from runtime.executor.fitting import Window
 from runtime.models.base import ModelProvider, Purpose, Usage
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, Transaction
+from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult
 from runtime.tools.base import Tool
 
@@ -47,6 +48,36 @@ class Transition(Generic[To]):
     delay_s: float = 0.0
     wait_guard: Callable[[Transaction], bool] | None = None
     wake_at: datetime | None = None
+
+
+Target = TypeVar("Target", bound=Phase)
+
+
+def goto(
+    run: Run,
+    phase: Target,
+    *,
+    state: RunState | None = None,
+    turn: int | None = None,
+    mailbox_position: int | None = None,
+    writes: tuple[Write, ...] = (),
+    after: After = "continue",
+    delay_s: float = 0.0,
+    wait_guard: Callable[[Transaction], bool] | None = None,
+    wake_at: datetime | None = None,
+) -> Transition[Target]:
+    """The run moves to ``phase``; what is not given stays as the run has it."""
+    return Transition(
+        phase=phase,
+        state=run.state if state is None else state,
+        turn=run.turn if turn is None else turn,
+        mailbox_position=run.mailbox_position if mailbox_position is None else mailbox_position,
+        writes=writes,
+        after=after,
+        delay_s=delay_s,
+        wait_guard=wait_guard,
+        wake_at=wake_at,
+    )
 
 
 class ContextSource(Protocol):

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from runtime.executor import approval
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition
-from runtime.executor.phases import goto, limit_reached, turns_used
+from runtime.executor.context import ExecutorContext, Transition, goto
+from runtime.executor.phases import limit_reached, turns_used
 from runtime.store import ledger, links, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction

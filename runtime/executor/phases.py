@@ -13,16 +13,16 @@ for the turns and hours of all the events before this one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
-from runtime.execution import Activation, Failure, Limit, Phase, RunState
+from runtime.execution import Activation, Failure, Limit
 from runtime.executor import approval, brief, budget, compaction
 from runtime.executor import transcript as tx
-from runtime.executor.context import After, ExecutorContext, Transition, Write
+from runtime.executor.context import ExecutorContext, Transition, goto
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
 from runtime.store import tasks as q
 from runtime.store import tool_calls, transcripts, usage
@@ -32,36 +32,6 @@ from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.tools.arguments import refusal
 
 MAX_MODEL_RETRIES = 8
-
-To = TypeVar("To", bound=Phase)
-
-
-def goto(
-    run: Run,
-    phase: To,
-    *,
-    state: RunState | None = None,
-    turn: int | None = None,
-    mailbox_position: int | None = None,
-    writes: tuple[Write, ...] = (),
-    after: After = "continue",
-    delay_s: float = 0.0,
-    wait_guard: Callable[[Transaction], bool] | None = None,
-    wake_at: datetime | None = None,
-) -> Transition[To]:
-    """The run moves to ``phase``; what is not given stays as the run has it."""
-    return Transition(
-        phase=phase,
-        state=run.state if state is None else state,
-        turn=run.turn if turn is None else turn,
-        mailbox_position=run.mailbox_position if mailbox_position is None else mailbox_position,
-        writes=writes,
-        after=after,
-        delay_s=delay_s,
-        wait_guard=wait_guard,
-        wake_at=wake_at,
-    )
-
 
 def limit_reached(
     run: Run, name: str, value: int | float

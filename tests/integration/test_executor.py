@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.executor import phases, runner
+from runtime.executor import context, runner
 from runtime.store import tool_calls, transcripts
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
@@ -188,7 +188,7 @@ async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def skips_ahead(run: Any, task: Any, ctx: Any) -> Any:
-        return phases.goto(run, "done")  # load_context may only go to check_scheduler
+        return context.goto(run, "done")  # load_context may only go to check_scheduler
 
     monkeypatch.setitem(runner.PHASES, "load_context", skips_ahead)
     stack = build_stack(db_url, tmp_path, {"scripts": [{"turns": [{"say": "never"}]}]})

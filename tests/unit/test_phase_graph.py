@@ -45,8 +45,7 @@ def _mypy(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     snippet = tmp_path / "snippet.py"
     header = """
         from typing import Literal
-        from runtime.executor.context import ExecutorContext, Transition
-        from runtime.executor.phases import goto
+        from runtime.executor.context import ExecutorContext, Transition, goto
         from runtime.store.records import Task
         from runtime.store.executions import Run
     """

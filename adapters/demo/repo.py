@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from adapters.emulators.github_git import branch_of, init_bare_repository
 
 FILES = {
     "calc.py": '"""Tiny arithmetic helpers used by the checkout."""\n\n\n'
@@ -14,32 +15,10 @@ FILES = {
 }
 
 
-def _git(*args: str, cwd: Path) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 def create_sample_repo(folder: Path) -> Path:
     """A bare repository ``acme/shop.git`` under ``folder`` whose main has a failing test."""
-    bare = folder / "acme" / "shop.git"
-    seed = folder / "seed"
-    bare.parent.mkdir(parents=True, exist_ok=True)
-    _git("init", "--bare", "-q", "-b", "main", str(bare), cwd=folder)
-    _git("init", "-q", "-b", "main", str(seed), cwd=folder)
-    for name, content in FILES.items():
-        (seed / name).write_text(content)
-    _git("add", "-A", cwd=seed)
-    ident = ["-c", "user.name=Demo", "-c", "user.email=demo@example.invalid"]
-    _git(*ident, "commit", "-q", "-m", "Add calc with a bug", cwd=seed)
-    _git("push", "-q", str(bare), "main", cwd=seed)
-    return bare
+    return init_bare_repository(folder, "acme/shop", FILES, "main", "Add calc with a bug")
 
 
-def branch_head(bare: Path, branch: str) -> str | None:
-    done = subprocess.run(
-        ["git", "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
-        cwd=bare,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or None
+branch_head = branch_of
+"""The sha a branch of a bare repository points at, or None."""

@@ -104,7 +104,13 @@ def _cgi_response(output: bytes) -> Response:
     return Response(body, status_code=status, headers=headers)
 
 
-def init_bare_repository(root: Path, full_name: str, files: dict[str, str], branch: str) -> Path:
+def init_bare_repository(
+    root: Path,
+    full_name: str,
+    files: dict[str, str],
+    branch: str,
+    message: str = "initial commit",
+) -> Path:
     """A bare repository at ``root/owner/name.git`` with one commit of ``files`` on ``branch``."""
     bare = root / f"{full_name}.git"
     bare.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +135,7 @@ def init_bare_repository(root: Path, full_name: str, files: dict[str, str], bran
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(text)
         run("add", "--all", cwd=work)
-        run("commit", "--quiet", "-m", "initial commit", cwd=work)
+        run("commit", "--quiet", "-m", message, cwd=work)
         run("push", "--quiet", str(bare), f"HEAD:refs/heads/{branch}", cwd=work)
     return bare
 

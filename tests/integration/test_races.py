@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -133,15 +134,31 @@ async def _until_quiet(bench: Bench, timeout: float = 90 + FOLLOW_UP_TRIALS) -> 
             await asyncio.sleep(0.05)
 
 
-async def _follow_up_trial(bench: Bench, rng: random.Random, n: int) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Aim:
+    """When a wave's follow-ups are sent: after a random delay of up to ``spread_s``, from
+    the run's last turn on (moments from completion) or from the moment it is scheduled."""
+
+    spread_s: float
+    from_last_turn: bool
+
+
+# The first wave aims at completion. Load on the host can move every follow-up of a wave to
+# one side of it; a second wave then spreads follow-ups over the whole run and beyond.
+AIMS = (Aim(0.12, from_last_turn=True), Aim(2.0, from_last_turn=False))
+
+
+async def _follow_up_trial(
+    bench: Bench, rng: random.Random, n: int, aim: Aim
+) -> tuple[str, str]:
     thread = _race_thread(n)
     task_id = await _schedule(bench, thread, f"race {n}: fix it")
-    # From the last turn on, the run is moments from completion: aim the follow-up there.
-    while (run := await bench.stack.db.read(lambda s: executions.load_run(s, task_id))) is None or (
-        run.turn < 1 and run.phase != "done"
+    while aim.from_last_turn and (
+        (run := await bench.stack.db.read(lambda s: executions.load_run(s, task_id))) is None
+        or (run.turn < 1 and run.phase != "done")
     ):
         await asyncio.sleep(0.01)
-    await asyncio.sleep(rng.uniform(0, 0.12))
+    await asyncio.sleep(rng.uniform(0, aim.spread_s))
     # Addressed to the bot, so it is a request whether or not its task has just finished
     # (an unaddressed remark after completion is dropped by policy, not by a race).
     result = await _ingest(bench.router, _signal(thread, n, addresses_bot=True))
@@ -174,29 +191,39 @@ async def test_follow_up_is_seen_or_starts_one_linked_task_when_it_races_complet
     db_url: str, tmp_path: Path
 ) -> None:
     rng = random.Random()
+    fates: list[tuple[str, list[str]]] = []
     with _bench(db_url, tmp_path) as bench:
         worker = bench.stack.worker(concurrency=6)
         running = asyncio.create_task(worker.run())
         try:
             gate = asyncio.Semaphore(WAVE)
-            trials = await asyncio.gather(
-                *(_gated(gate, _follow_up_trial(bench, rng, n)) for n in range(FOLLOW_UP_TRIALS))
-            )
-            await _until_quiet(bench)
+            for aim in AIMS:
+                first = len(fates)
+                numbers = range(first, first + FOLLOW_UP_TRIALS)
+                trials = await asyncio.gather(
+                    *(_gated(gate, _follow_up_trial(bench, rng, n, aim)) for n in numbers)
+                )
+                await _until_quiet(bench)
+                fates += await bench.stack.db.read(partial(_fates, trials=trials, first=first))
+                if {f[0] for _, f in fates if f} == {"transcript", "linked"}:
+                    break
         finally:
             worker.stop()
             await running
-        fates = await bench.stack.db.read(
-            lambda s: [
-                (decision, _fate(s, task_id, _race_thread(n), n))
-                for n, (task_id, decision) in enumerate(trials)
-            ]
-        )
     wrong = [(n, d, f) for n, (d, f) in enumerate(fates) if f not in (["transcript"], ["linked"])]
     assert wrong == []
     # Both outcomes are reached, so the timing really straddles completion.
     kinds = {f[0] for _, f in fates}
     assert kinds == {"transcript", "linked"}, kinds
+
+
+def _fates(
+    session: Any, trials: list[tuple[str, str]], first: int
+) -> list[tuple[str, list[str]]]:
+    return [
+        (decision, _fate(session, task_id, _race_thread(n), n))
+        for n, (task_id, decision) in enumerate(trials, start=first)
+    ]
 
 
 async def _stop_trial(bench: Bench, rng: random.Random, n: int) -> str:

@@ -81,6 +81,8 @@ async def both() -> AsyncIterator[Both]:
             with serve(app) as server:
                 await socket.start()
                 try:
+                    # The client connects in the background: tests start from one connection.
+                    assert await asyncio.to_thread(hub.wait, lambda: hub.connections >= 1)
                     yield Both(sink, hub, f"{server.url}/slack/events", socket)
                 finally:
                     await socket.stop()

@@ -38,15 +38,22 @@ class Stack:
         return Worker(self.scheduler, self.runner, concurrency=concurrency, poll_interval_s=0.05)
 
     @asynccontextmanager
-    async def working(self) -> AsyncIterator[None]:
+    async def working(self, concurrency: int = 2) -> AsyncIterator[None]:
         """A worker runs the stack's tasks while the block runs, and has stopped after it."""
-        worker = self.worker()
+        worker = self.worker(concurrency)
         running = asyncio.create_task(worker.run())
         try:
             yield
         finally:
             worker.stop()
             await running
+
+    async def work_until(self, stop: Path, concurrency: int) -> None:
+        """A worker process's life: work until the file ``stop`` exists, then close."""
+        async with self.working(concurrency):
+            while not stop.exists():
+                await asyncio.sleep(0.05)
+        self.db.close()
 
     async def run_until_terminal(self, task_id: str, timeout: float = 30) -> Task:
         async with self.working(), asyncio.timeout(timeout):

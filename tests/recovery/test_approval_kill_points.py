@@ -48,7 +48,7 @@ async def run_approval(
     """Run the task; approve once it is parked (twice, and again as someone else)."""
     approved: list[str] = []
 
-    async def approve(scheduler: Scheduler, task_id: str, run: executions.Run) -> None:
+    async def approve(scheduler: Scheduler, task_id: str, run: executions.Run, _: bool) -> None:
         if not approved and run.phase == "await_approval":
             for key in ("approve-1", "approve-1", "approve-2"):
                 await scheduler.append_mailbox(task_id, key, [text_part("approve")])

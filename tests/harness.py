@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from runtime.executor.runner import Runner
 from runtime.models.base import ModelProvider
 from runtime.models.scripted import ScriptedProvider
 from runtime.scheduler import Scheduler
+from runtime.store import executions, outbox
 from runtime.store.engine import Database
 from runtime.store.records import Task
 from runtime.tools.base import Tool
@@ -35,25 +37,57 @@ class Stack:
     def worker(self, concurrency: int = 2) -> Worker:
         return Worker(self.scheduler, self.runner, concurrency=concurrency, poll_interval_s=0.05)
 
-    async def run_until_terminal(self, task_id: str, timeout: float = 30) -> Task:
-        worker = self.worker()
+    @asynccontextmanager
+    async def working(self, concurrency: int = 2) -> AsyncIterator[None]:
+        """A worker runs the stack's tasks while the block runs, and has stopped after it."""
+        worker = self.worker(concurrency)
         running = asyncio.create_task(worker.run())
         try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    task = await self.scheduler.get(task_id)
-                    if task is not None and task.status.is_terminal and await self._done(task_id):
-                        return task
-                    await asyncio.sleep(0.05)
+            yield
         finally:
             worker.stop()
             await running
 
-    async def _done(self, task_id: str) -> bool:
-        from runtime.store import executions
+    async def work_until(self, stop: Path, concurrency: int) -> None:
+        """A worker process's life: work until the file ``stop`` exists, then close."""
+        async with self.working(concurrency):
+            while not stop.exists():
+                await asyncio.sleep(0.05)
+        self.db.close()
 
+    async def run_until_terminal(self, task_id: str, timeout: float = 30) -> Task:
+        async with self.working(), asyncio.timeout(timeout):
+            while True:
+                task = await self.scheduler.get(task_id)
+                if task is not None and task.status.is_terminal and await self._done(task_id):
+                    return task
+                await asyncio.sleep(0.05)
+
+    async def ended(self, task_id: str) -> Task:
+        """The task once its run has reached ``done``, whatever the task's status says."""
+
+        async def done() -> bool:  # a read: polling must not queue for SQLite's write lock
+            run = await self.db.read(lambda s: executions.load_run(s, task_id))
+            return run is not None and run.phase == "done"
+
+        await until(done)
+        task = await self.scheduler.get(task_id)
+        assert task is not None
+        return task
+
+    async def posts(self, task_id: str, purpose: str) -> list[outbox.OutboxPost]:
+        found = await self.db.read(lambda s: outbox.posts_of_task(s, task_id))
+        return [p for p in found if p.purpose == purpose]
+
+    async def _done(self, task_id: str) -> bool:
         run = await self.db.run(lambda s: executions.load_run(s, task_id))
         return run is not None and run.phase == "done"
+
+
+async def until(predicate: Callable[[], Awaitable[object]], timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.05)
 
 
 def default_tools(folder: Path, scheduler: Scheduler, db: Database) -> dict[str, Tool]:

@@ -5,14 +5,16 @@ reliability and security suites: signed deliveries in, database and emulator sta
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import yaml
@@ -25,7 +27,7 @@ from adapters.demo.scenario import DemoSecrets, demo_tree
 from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
-from adapters.emulators.slack import SlackState, create_slack_app
+from adapters.emulators.slack import SlackMessage, SlackState, create_slack_app
 from adapters.emulators.slack_socket import SocketHub
 from adapters.emulators.webhooks import deliver, sign_github, sign_slack
 from adapters.web.app import create_app
@@ -34,9 +36,11 @@ from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import GitHubInboxRow, MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
+from runtime.store.records import Task, TaskStatus
 
 CHANNEL = "C0KEELGEN1"
 PERSON = "U0DEMODANA"
+MALLORY = "U0MALLORY1"  # a Slack user who is not allowed to start, stop or approve anything
 SIGNING_SECRET = "live-signing-secret-5f2c"
 BOT_TOKEN = "xoxb-live-bot-token-8d41"
 GITHUB_TOKEN = "ghp_live_token_77ab3e"
@@ -138,6 +142,71 @@ class Live:
         ts = self.slack.seed_message(CHANNEL, text, user=user, thread_ts=root_ts)
         return self.event(ts, text, user=user, thread_ts=root_ts)
 
+    async def start_thread(self, text: str) -> str:
+        """Mentions Keel with ``text`` as a new message; returns that message's (the root's) ts."""
+        mention = self.mention(text)
+        await self.send_slack(mention)
+        return str(mention["ts"])
+
+    async def thread_task(self, db: Database, root_ts: str) -> Task | None:
+        """The newest task working on the thread that starts at ``root_ts``."""
+        objective = f"slack:{self.slack.team_id}/{CHANNEL}/{root_ts}"
+        return await db.read(lambda s: q.latest_by_objective(s, objective))
+
+    def reaction(self, item_ts: str, reaction: str, *, user: str = PERSON) -> dict[str, Any]:
+        return {
+            "type": "reaction_added",
+            "user": user,
+            "reaction": reaction,
+            "item": {"type": "message", "channel": CHANNEL, "ts": item_ts},
+            "event_ts": f"{time.time():.6f}",
+        }
+
+    def click(
+        self, message: SlackMessage, root_ts: str, user: str, name: str = "stop"
+    ) -> dict[str, Any]:
+        """A ``block_actions`` payload for the ``name`` button on ``message``, as Slack sends
+        it."""
+        [_, actions] = message.blocks or [None, {"elements": []}]
+        [button] = [b for b in actions["elements"] if b["action_id"] == f"keel:{name}"]
+        return {
+            "type": "block_actions",
+            "team": {"id": self.slack.team_id, "domain": "keel-emulated"},
+            "user": {"id": user, "username": user.lower(), "team_id": self.slack.team_id},
+            "api_app_id": self.slack.app_id,
+            "token": "unused",
+            "container": {
+                "type": "message",
+                "message_ts": message.ts,
+                "channel_id": CHANNEL,
+                "is_ephemeral": False,
+                "thread_ts": root_ts,
+            },
+            "trigger_id": uuid.uuid4().hex,
+            "channel": {"id": CHANNEL, "name": "general"},
+            "message": {"type": "message", "ts": message.ts, "thread_ts": root_ts, "text": ""},
+            "response_url": "https://hooks.slack.invalid/actions/unused",
+            "actions": [{**button, "block_id": "keel", "action_ts": f"{time.time():.6f}"}],
+        }
+
+    async def send_click(self, payload: dict[str, Any]) -> int:
+        """Posts a click, signed, to /slack/interactivity; returns the response's status."""
+        body = urlencode({"payload": json.dumps(payload)}).encode()
+        signed = sign_slack(body, SIGNING_SECRET)
+        headers = signed.headers | {"Content-Type": "application/x-www-form-urlencoded"}
+        [response] = await deliver(
+            self.url + "/slack/interactivity", signed.with_headers(**headers)
+        )
+        return response.status_code
+
+    async def note_shown_to(self, user: str) -> None:
+        """Until ``user`` has been shown a note only they see (a refusal, where they may not)."""
+
+        async def told() -> bool:
+            return any(m.user == user for m in self.slack.ephemeral)
+
+        await until(told, 15, "the refusal was not shown")
+
     def envelope(self, event: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
         return {
             "token": "unused",
@@ -198,6 +267,28 @@ class Live:
             return await db.read(read)
         finally:
             db.close()
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+async def until_ended(db: Database, task_id: str, timeout: float = 30) -> Task:
+    """The task once its status is terminal."""
+
+    async def done() -> bool:
+        task = await db.read(lambda s: q.get_task(s, task_id))
+        return task is not None and TaskStatus(task.status).is_terminal
+
+    await until(done, timeout, "the task never ended")
+    task = await db.read(lambda s: q.get_task(s, task_id))
+    assert task is not None
+    return task
 
 
 @contextmanager

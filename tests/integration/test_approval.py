@@ -6,8 +6,6 @@ nothing through."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +13,9 @@ from runtime.executor.approval import Answer, answer_of
 from runtime.scheduler import Appended, Duplicate
 from runtime.store import executions, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
-from runtime.store.records import Task, TaskStatus
+from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
-from tests.harness import Stack, agent, build_stack
+from tests.harness import Stack, agent, build_stack, until
 
 
 def script(*, expect: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -42,26 +40,8 @@ def approval_stack(db_url: str, folder: Path, **kwargs: Any) -> Stack:
     return build_stack(db_url, folder, script(**kwargs), agents={"default": guarded})
 
 
-@asynccontextmanager
-async def working(stack: Stack) -> AsyncIterator[None]:
-    worker = stack.worker()
-    running = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        worker.stop()
-        await running
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while not await predicate():
-            await asyncio.sleep(0.05)
-
-
 async def asks(stack: Stack, task_id: str) -> list[outbox.OutboxPost]:
-    posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task_id))
-    return [p for p in posts if p.purpose == "approval"]
+    return await stack.posts(task_id, "approval")
 
 
 async def parked(stack: Stack, task_id: str) -> bool:
@@ -69,17 +49,6 @@ async def parked(stack: Stack, task_id: str) -> bool:
     task = await stack.scheduler.get(task_id)
     waiting = task is not None and task.status is TaskStatus.waiting
     return run is not None and run.phase == "await_approval" and waiting
-
-
-async def ended(stack: Stack, task_id: str) -> Task:
-    async def done() -> bool:
-        run = await stack.db.read(lambda s: executions.load_run(s, task_id))
-        return run is not None and run.phase == "done"
-
-    await until(done)
-    task = await stack.scheduler.get(task_id)
-    assert task is not None
-    return task
 
 
 def effects(stack: Stack) -> list[str]:
@@ -96,7 +65,7 @@ async def test_write_waits_for_approve_and_runs_once_when_approved_twice(
 ) -> None:
     stack = approval_stack(db_url, tmp_path, expect=("looks risky", "approve"))
     task = (await stack.scheduler.schedule(make_spec())).task
-    async with working(stack):
+    async with stack.working():
         await until(lambda: parked(stack, task.task_id))
         # A stale wake-up parks again without asking again; a remark is no answer.
         now = stack.ctx.clock.now()
@@ -114,7 +83,7 @@ async def test_write_waits_for_approve_and_runs_once_when_approved_twice(
         again = await reply(stack, task.task_id, "slack:ok", "<@U0KEEL> approve")
         assert isinstance(first, Appended) and isinstance(again, Duplicate)
         await reply(stack, task.task_id, "slack:ok-2", "approve")  # a second person, later
-        final = await ended(stack, task.task_id)
+        final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.succeeded
     assert len(effects(stack)) == 1
     keys = [
@@ -133,10 +102,10 @@ async def test_reject_reason_reaches_the_model_as_the_result_when_a_person_rejec
 ) -> None:
     stack = approval_stack(db_url, tmp_path, expect=("not on a Friday",))
     task = (await stack.scheduler.schedule(make_spec())).task
-    async with working(stack):
+    async with stack.working():
         await until(lambda: parked(stack, task.task_id))
         await reply(stack, task.task_id, "slack:no", "reject: not on a Friday")
-        final = await ended(stack, task.task_id)
+        final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.succeeded
     assert effects(stack) == []
     [call] = [
@@ -157,14 +126,14 @@ async def test_nothing_runs_when_the_answer_names_another_call_or_came_before_th
     task = (await stack.scheduler.schedule(make_spec())).task
     # An approval written before the question was asked approves nothing.
     await reply(stack, task.task_id, "slack:early", "approve")
-    async with working(stack):
+    async with stack.working():
         await until(lambda: parked(stack, task.task_id))
         await reply(stack, task.task_id, "slack:click-old", "approve call=call_0_0")
         await asyncio.sleep(0.5)
         await until(lambda: parked(stack, task.task_id))
         assert effects(stack) == []
         await reply(stack, task.task_id, "slack:click", "approve call=call_1_0")
-        final = await ended(stack, task.task_id)
+        final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.succeeded and len(effects(stack)) == 1
 
 
@@ -173,10 +142,10 @@ async def test_stop_while_waiting_for_approval_ends_the_task_without_the_write(
 ) -> None:
     stack = approval_stack(db_url, tmp_path)
     task = (await stack.scheduler.schedule(make_spec())).task
-    async with working(stack):
+    async with stack.working():
         await until(lambda: parked(stack, task.task_id))
         assert await stack.scheduler.request_cancel(task.task_id, "stopped on request", "U1")
-        final = await ended(stack, task.task_id)
+        final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.canceled and effects(stack) == []
 
 

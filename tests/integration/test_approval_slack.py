@@ -9,18 +9,24 @@ its title, and an Approve click (sent twice) opens one pull request."""
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 from adapters.demo.repo import branch_head
 from adapters.emulators.slack import SlackMessage
-from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.records import TaskStatus
-from tests.integration.keel_live import CHANNEL, FOLLOW_UP, MENTION, PERSON, SHOP, Live, live_keel
-from tests.integration.test_slack_actions import MALLORY, _post_click, _until
+from runtime.store.records import Task, TaskStatus
+from tests.integration.keel_live import (
+    CHANNEL,
+    FOLLOW_UP,
+    MALLORY,
+    MENTION,
+    PERSON,
+    SHOP,
+    Live,
+    live_keel,
+    until,
+    until_ended,
+)
 
 EXTRA = {
     "slack": {"allowed_users": [PERSON]},
@@ -32,38 +38,6 @@ def _asks(live: Live, root_ts: str) -> list[SlackMessage]:
     return [m for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id and "Approval" in m.text]
 
 
-def _click(live: Live, message: SlackMessage, root_ts: str, user: str, name: str) -> dict[str, Any]:
-    [_, actions] = message.blocks or [None, {"elements": []}]
-    [button] = [b for b in actions["elements"] if b["action_id"] == f"keel:{name}"]
-    return {
-        "type": "block_actions",
-        "team": {"id": live.slack.team_id, "domain": "keel-emulated"},
-        "user": {"id": user, "username": user.lower(), "team_id": live.slack.team_id},
-        "api_app_id": live.slack.app_id,
-        "container": {
-            "type": "message",
-            "message_ts": message.ts,
-            "channel_id": CHANNEL,
-            "is_ephemeral": False,
-            "thread_ts": root_ts,
-        },
-        "trigger_id": uuid.uuid4().hex,
-        "channel": {"id": CHANNEL, "name": "general"},
-        "message": {"type": "message", "ts": message.ts, "thread_ts": root_ts, "text": ""},
-        "actions": [{**button, "block_id": "keel", "action_ts": f"{time.time():.6f}"}],
-    }
-
-
-def _check_mark(item_ts: str) -> dict[str, Any]:
-    return {
-        "type": "reaction_added",
-        "user": PERSON,
-        "reaction": "white_check_mark",
-        "item": {"type": "message", "channel": CHANNEL, "ts": item_ts},
-        "event_ts": f"{time.time():.6f}",
-    }
-
-
 def _pushed(workdir: Path) -> str | None:
     try:
         return branch_head(workdir / "origin" / "acme" / "shop.git", "keel/fix-add")
@@ -71,9 +45,8 @@ def _pushed(workdir: Path) -> str | None:
         return None
 
 
-async def _task_of(db: Database, live: Live, root: str) -> Any:
-    objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root}"
-    found = await db.read(lambda s: q.latest_by_objective(s, objective))
+async def _task_of(db: Database, live: Live, root: str) -> Task:
+    found = await live.thread_task(db, root)
     assert found is not None
     return found
 
@@ -85,40 +58,34 @@ async def test_push_and_pull_request_wait_for_an_authorised_approval_and_happen_
     workdir = tmp_path / "keel"
     with live_keel(workdir, db_url, workers=True, extra=EXTRA) as live:
         live.slack.add_user(MALLORY, "mallory")
-        mention = live.mention(MENTION)
-        root = mention["ts"]
-        await live.send_slack(mention)
+        root = await live.start_thread(MENTION)
 
         async def turn_one() -> bool:
             return len(live.slack.thread(CHANNEL, root)) >= 2
 
-        await _until(turn_one, 60, "the task never started")
+        await until(turn_one, 60, "the task never started")
         await asyncio.sleep(1.0)
         await live.send_slack(live.reply(root, FOLLOW_UP))
 
         async def asked(n: int) -> bool:
             return len(_asks(live, root)) >= n
 
-        await _until(lambda: asked(1), 90, "the push never asked for approval")
+        await until(lambda: asked(1), 90, "the push never asked for approval")
         [push] = _asks(live, root)
         assert "`git_push`" in push.text and "keel/fix-add" in push.text
         assert "calc.py" in push.text  # the diff stat
         task = await _task_of(db, live, root)
         assert task.status == TaskStatus.waiting
 
-        assert await _post_click(live, _click(live, push, root, MALLORY, "approve")) == 200
-
-        async def told() -> bool:
-            return any(m.user == MALLORY for m in live.slack.ephemeral)
-
-        await _until(told, 15, "the refusal was not shown")
+        assert await live.send_click(live.click(push, root, MALLORY, "approve")) == 200
+        await live.note_shown_to(MALLORY)
         assert "not allowed to approve" in live.slack.ephemeral[0].text
         await asyncio.sleep(0.5)
         assert _pushed(workdir) is None
 
-        check = _check_mark(push.ts)
+        check = live.reaction(push.ts, "white_check_mark")
         await live.send_slack(check, event_id="EvCHECK1", times=2)
-        await _until(lambda: asked(2), 60, "the pull request never asked for approval")
+        await until(lambda: asked(2), 60, "the pull request never asked for approval")
         assert _pushed(workdir) is not None
         pull = _asks(live, root)[1]
 
@@ -126,28 +93,22 @@ async def test_push_and_pull_request_wait_for_an_authorised_approval_and_happen_
             found = live.slack.find(CHANNEL, push.ts)
             return found is not None and "Approved by" in found.text
 
-        await _until(answered, 15, "the push's question still offers its buttons")
+        await until(answered, 15, "the push's question still offers its buttons")
         edited = live.slack.find(CHANNEL, push.ts)
         assert edited is not None and len(edited.blocks or []) <= 1  # no buttons left
         assert "`open_pull_request`" in pull.text and "Fix add() to return the sum" in pull.text
-        click = _click(live, pull, root, PERSON, "approve")
-        assert await _post_click(live, click) == 200
-        assert await _post_click(live, click) == 200  # the same click, delivered again
+        click = live.click(pull, root, PERSON, "approve")
+        assert await live.send_click(click) == 200
+        assert await live.send_click(click) == 200  # the same click, delivered again
 
         async def opened() -> bool:
             return live.github.pulls_created(SHOP) >= 1
 
-        await _until(opened, 30, "no pull request")
+        await until(opened, 30, "no pull request")
         sha = _pushed(workdir)
         assert sha is not None
         live.github.set_checks(SHOP, sha, [("tests", "success"), ("lint", "success")])
-
-        async def ended() -> bool:
-            current = await _task_of(db, live, root)
-            return TaskStatus(current.status).is_terminal
-
-        await _until(ended, 60, "the task never ended")
-        final = await _task_of(db, live, root)
+        final = await until_ended(db, task.task_id, timeout=60)
         pulls = live.github.pulls_created(SHOP)
         asks = len(_asks(live, root))
     db.close()

@@ -4,8 +4,6 @@ goes on, stops or times out as its thread answers, on a real database."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +13,9 @@ from runtime.executor.budget import answer_of
 from runtime.scheduler import Appended, Duplicate
 from runtime.store import executions, outbox, transcripts, usage
 from runtime.store import tasks as q
-from runtime.store.records import Task, TaskStatus
+from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
-from tests.harness import Stack, agent, build_stack
+from tests.harness import Stack, agent, build_stack, until
 
 TURNS = 40
 PRICE = ModelPrice(input_per_million=1_000.0, output_per_million=1_000.0)  # ~$0.2 a call
@@ -38,26 +36,8 @@ def budget_stack(db_url: str, folder: Path, **limits: Any) -> Stack:
     return stack
 
 
-@asynccontextmanager
-async def working(stack: Stack) -> AsyncIterator[None]:
-    worker = stack.worker()
-    running = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        worker.stop()
-        await running
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while not await predicate():
-            await asyncio.sleep(0.05)
-
-
 async def _asks(stack: Stack, task_id: str) -> list[outbox.OutboxPost]:
-    posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task_id))
-    return [p for p in posts if p.purpose == "budget"]
+    return await stack.posts(task_id, "budget")
 
 
 async def _parked(stack: Stack, task_id: str, asks: int) -> bool:
@@ -67,23 +47,12 @@ async def _parked(stack: Stack, task_id: str, asks: int) -> bool:
     return parked and task.status is TaskStatus.waiting and len(await _asks(stack, task_id)) >= asks
 
 
-async def _ended(stack: Stack, task_id: str) -> Task:
-    async def done() -> bool:
-        run = await stack.db.read(lambda s: executions.load_run(s, task_id))
-        return run is not None and run.phase == "done"
-
-    await until(done)
-    task = await stack.scheduler.get(task_id)
-    assert task is not None
-    return task
-
-
 async def test_task_parks_asks_once_resumes_on_continue_and_ends_on_stop_when_over_budget(
     db_url: str, tmp_path: Path
 ) -> None:
     stack = budget_stack(db_url, tmp_path)
     task = (await stack.scheduler.schedule(make_spec())).task
-    async with working(stack):
+    async with stack.working():
         await until(lambda: _parked(stack, task.task_id, 1))
         spent = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
         assert 1.0 <= spent.cost_usd < 2.0
@@ -107,7 +76,7 @@ async def test_task_parks_asks_once_resumes_on_continue_and_ends_on_stop_when_ov
         spent = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
         assert 2.0 <= spent.cost_usd < 3.0  # one grant: one more budget, not two
         await stack.scheduler.append_mailbox(task.task_id, "slack:reply-2", [text_part("stop")])
-        final = await _ended(stack, task.task_id)
+        final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.canceled
     assert final.result is not None and final.result["outcome"] == "budget_stopped"
     assert "$2.00" in final.result["summary"]
@@ -122,11 +91,11 @@ async def test_task_ends_as_budget_exhausted_with_its_summary_when_nobody_answer
 ) -> None:
     stack = budget_stack(db_url, tmp_path, budget_answer_s=1.0)
     task = (await stack.scheduler.schedule(make_spec())).task
-    async with working(stack):
+    async with stack.working():
         await until(lambda: _parked(stack, task.task_id, 1))
         # A remark that is no answer is read, and the task stays parked.
         await stack.scheduler.append_mailbox(task.task_id, "slack:r", [text_part("hmm, why?")])
-        final = await _ended(stack, task.task_id)
+        final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.failed
     assert final.result is not None and final.result["outcome"] == "budget_exhausted"
     assert "without an answer" in final.result["summary"]
@@ -158,7 +127,7 @@ async def test_resident_role_budget_counts_each_event_alone_when_it_lives_on(
         run = await stack.db.read(lambda s: executions.load_run(s, task.task_id))
         return run is not None and run.phase == "await_input" and run.turn == turn
 
-    async with working(stack):
+    async with stack.working():
         await until(lambda: idle(1))
         first = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
         # Below what both events cost before the second one's last call; above either alone.

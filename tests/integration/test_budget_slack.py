@@ -14,14 +14,14 @@ import yaml
 from adapters.emulators.slack import SlackMessage
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
-from tests.integration.keel_live import CHANNEL, PERSON, Live, live_keel
-from tests.integration.test_slack_actions import (
+from tests.integration.keel_live import (
+    CHANNEL,
     MALLORY,
-    _click,
-    _ended,
-    _post_click,
-    _task,
-    _until,
+    PERSON,
+    Live,
+    live_keel,
+    until,
+    until_ended,
 )
 
 
@@ -56,17 +56,15 @@ async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_
     db = Database.from_url(db_url)
     with live_keel(tmp_path / "keel", db_url, workers=True, extra=_config(tmp_path)) as live:
         live.slack.add_user(MALLORY, "mallory")
-        mention = live.mention("please run the checks until done")
-        root = mention["ts"]
-        await live.send_slack(mention)
+        root = await live.start_thread("please run the checks until done")
 
         async def asked(n: int) -> bool:
             return len(_asks(live, root)) >= n
 
-        await _until(lambda: asked(1), 60, "the task never asked at its budget")
+        await until(lambda: asked(1), 60, "the task never asked at its budget")
         [ask] = _asks(live, root)
         assert "reached its budget of $1.00" in ask.text and "`continue`" in ask.text
-        task = await _task(db, f"slack:{live.slack.team_id}/{CHANNEL}/{root}")
+        task = await live.thread_task(db, root)
         assert task is not None and task.status == TaskStatus.waiting
         # The uncommitted file was committed and pushed to the task's branch before asking.
         branch = f"keel/{task.task_id}"
@@ -77,12 +75,8 @@ async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_
         )
         assert shown.stdout == "half done\n", shown.stderr
 
-        assert await _post_click(live, _click(live, ask, root, MALLORY, "continue")) == 200
-
-        async def told() -> bool:
-            return any(m.user == MALLORY for m in live.slack.ephemeral)
-
-        await _until(told, 15, "the refusal was not shown")
+        assert await live.send_click(live.click(ask, root, MALLORY, "continue")) == 200
+        await live.note_shown_to(MALLORY)
         [note] = live.slack.ephemeral
         assert "not allowed" in note.text
         # Typed rather than clicked, the refusal is a reply in the thread.
@@ -94,17 +88,17 @@ async def test_budget_asks_once_refuses_others_continues_for_a_writer_and_stops_
                 m.bot_id and "Not continuing" in m.text for m in live.slack.thread(CHANNEL, root)
             )
 
-        await _until(refused, 15, "the typed continue was not refused in the thread")
-        still = await _task(db, f"slack:{live.slack.team_id}/{CHANNEL}/{root}")
+        await until(refused, 15, "the typed continue was not refused in the thread")
+        still = await live.thread_task(db, root)
         assert still is not None and still.status == TaskStatus.waiting
         assert len(_asks(live, root)) == 1
 
-        assert await _post_click(live, _click(live, ask, root, PERSON, "continue")) == 200
-        await _until(lambda: asked(2), 60, "the task did not go on and ask again")
+        assert await live.send_click(live.click(ask, root, PERSON, "continue")) == 200
+        await until(lambda: asked(2), 60, "the task did not go on and ask again")
         second = _asks(live, root)[1]
         assert "reached its budget of $2.00" in second.text
-        assert await _post_click(live, _click(live, second, root, PERSON, "stop")) == 200
-        ended = await _ended(db, task.task_id)
+        assert await live.send_click(live.click(second, root, PERSON, "stop")) == 200
+        ended = await until_ended(db, task.task_id)
         asks = len(_asks(live, root))
     db.close()
     assert ended.status == TaskStatus.canceled

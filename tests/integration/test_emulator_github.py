@@ -14,8 +14,6 @@ import httpx
 import jsonschema
 import pytest
 import requests
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi import FastAPI, Request
 from github import Auth, BadCredentialsException, Github, GithubException, GithubIntegration
 
@@ -29,6 +27,7 @@ from adapters.emulators.webhooks import (
     load_github_example,
     sign_github,
 )
+from tests.factories import app_key_pair
 
 TOKEN = "ghp_keel_emulated"
 REPO = "acme/widgets"
@@ -65,18 +64,7 @@ def contract() -> GitHubContract:
 
 @pytest.fixture(scope="module")
 def app_key() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    return app_key_pair()
 
 
 @pytest.fixture
@@ -332,12 +320,10 @@ def test_installation_token_matches_spec_when_app_jwt_is_valid(
 
 
 def test_installation_token_refused_401_when_jwt_signed_by_another_key(github: GitHub) -> None:
-    other = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    other, _ = app_key_pair()
 
     with pytest.raises(GithubException) as raised:
-        github.client(auth=github.installation_auth(other.decode())).get_repo(REPO)
+        github.client(auth=github.installation_auth(other)).get_repo(REPO)
 
     assert raised.value.status == 401
     assert not any(t.installation_id for t in github.state.tokens.values())

@@ -9,7 +9,6 @@ sent; the credential helper is the only way it travels, so no argv, file or log 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -19,11 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from adapters.assembly import Keel
 from adapters.checkouts import Checkouts
-from adapters.config import build_config
 from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
@@ -35,7 +31,7 @@ from runtime.tools.base import Completed, ToolContext
 from runtime.tools.devbox import GitCommit, GitPush
 from runtime.workspace import Workspaces, WorkspaceSpec
 from tests.factories import app_key_pair, make_spec
-from tests.integration.test_token_hygiene import _rows_containing
+from tests.integration.scripted_keel import rows_containing, run_one, scripted_keel
 
 REPO = "acme/widgets"
 
@@ -307,45 +303,18 @@ async def test_task_pushes_over_https_and_its_token_is_in_no_row_reply_file_or_l
     database row (its transcript and tool calls included), file or log line."""
     caplog.set_level(logging.DEBUG)
     token = remote.token()
-    script = {
-        "scripts": [
-            {
-                "turns": [
-                    {"tool_calls": [{"name": "write_file",
-                                     "args": {"path": "app.py", "content": "print('hey')\n"}}]},
-                    {"tool_calls": [{"name": "git_commit", "args": {"message": "Say hey"}}]},
-                    {"tool_calls": [{"name": "git_push", "args": {"branch": "keel/hey"}}]},
-                    {"say": "pushed keel/hey"},
-                ]
-            }
-        ]
-    }
-    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
-    tree = {
-        "database": {"url": db_url},
-        "model": {"provider": "scripted", "script": str(tmp_path / "script.yaml")},
-        "workspace": {
-            "root": str(tmp_path / "ws"),
-            "sandbox": "none",
-            "repositories": {REPO: {"url": remote.clone_url, "token": token}},
-        },
-        "worker": {"concurrency": 1, "poll_interval_s": 0.05},
-    }
-    keel = Keel(build_config(tree, env={}))
+    write = {"name": "write_file", "args": {"path": "app.py", "content": "print('hey')\n"}}
+    turns = [
+        {"tool_calls": [write]},
+        {"tool_calls": [{"name": "git_commit", "args": {"message": "Say hey"}}]},
+        {"tool_calls": [{"name": "git_push", "args": {"branch": "keel/hey"}}]},
+        {"say": "pushed keel/hey"},
+    ]
+    repositories = {REPO: {"url": remote.clone_url, "token": token}}
+    keel = scripted_keel(tmp_path, db_url, turns, repositories)
     keel.migrate()
-    await keel.connect()
-    await keel.start()
-    try:
-        spec = TaskSpec(agent="default", message="say hey", repo=REPO)
-        task = (await keel.scheduler.schedule(spec)).task
-        current = None
-        for _ in range(600):
-            current = await keel.scheduler.get(task.task_id)
-            if current is not None and current.status.is_terminal:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await keel.stop()
+    spec = TaskSpec(agent="default", message="say hey", repo=REPO)
+    current = await run_one(keel, spec, timeout_s=30)
 
     assert current is not None and current.status is TaskStatus.succeeded, current
     assert remote.state.repos[REPO].branch_sha("keel/hey") is not None  # the push landed
@@ -353,5 +322,5 @@ async def test_task_pushes_over_https_and_its_token_is_in_no_row_reply_file_or_l
     for path in tmp_path.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert token.encode() not in path.read_bytes(), path
-    assert _rows_containing(db_url, token) == []
-    assert _rows_containing(db_url, "keel/hey") != []  # the scan does see what the task wrote
+    assert rows_containing(db_url, token) == []
+    assert rows_containing(db_url, "keel/hey") != []  # the scan does see what the task wrote

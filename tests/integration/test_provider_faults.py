@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -43,23 +41,13 @@ from runtime.store.outbox import OutboxPost, enqueue_post, posts_of_task
 from runtime.surfaces import Surface
 from runtime.threads import GitHubIssue, SlackThread, ThreadRef
 from tests.databases import admin_url
+from tests.factories import app_key_pair
 from tests.integration.keel_live import CHANNEL, SHOP, Live, drive, live_keel
 
 
 @pytest.fixture(scope="module")
 def app_key() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    return app_key_pair()
 
 
 def _app_auth(private_key: str) -> dict[str, object]:

@@ -5,26 +5,25 @@ of the thread, and the Stop button on the progress message (signed like events, 
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 import yaml
 
 from adapters.emulators.slack import SlackMessage
-from adapters.emulators.webhooks import deliver, sign_slack
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
-from tests.integration.keel_live import CHANNEL, PERSON, SIGNING_SECRET, Live, live_keel
-
-MALLORY = "U0MALLORY1"
+from tests.integration.keel_live import (
+    CHANNEL,
+    MALLORY,
+    PERSON,
+    Live,
+    live_keel,
+    until,
+    until_ended,
+)
 
 
 def _slow_job(tmp_path: Path) -> dict[str, Any]:
@@ -38,19 +37,6 @@ def _slow_job(tmp_path: Path) -> dict[str, Any]:
     }
 
 
-async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout}s")
-
-
-async def _task(db: Database, objective: str) -> Task | None:
-    return await db.read(lambda s: q.latest_by_objective(s, objective))
-
-
 def _progress(live: Live, root_ts: str) -> SlackMessage | None:
     return next(
         (m for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id and m.text.startswith("⏳")),
@@ -60,80 +46,16 @@ def _progress(live: Live, root_ts: str) -> SlackMessage | None:
 
 async def _started(live: Live, db: Database, root_ts: str) -> tuple[Task, SlackMessage]:
     """A task working on the thread, with its progress message (and Stop button) posted."""
-    objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root_ts}"
 
     async def posted() -> bool:
         progress = _progress(live, root_ts)
         shown = progress is not None and bool(progress.blocks)
-        return shown and await _task(db, objective) is not None
+        return shown and await live.thread_task(db, root_ts) is not None
 
-    await _until(posted, 30, "no progress message with a Stop button")
-    task, progress = await _task(db, objective), _progress(live, root_ts)
+    await until(posted, 30, "no progress message with a Stop button")
+    task, progress = await live.thread_task(db, root_ts), _progress(live, root_ts)
     assert task is not None and progress is not None
     return task, progress
-
-
-async def _ended(db: Database, task_id: str) -> Task:
-    async def done() -> bool:
-        task = await db.read(lambda s: q.get_task(s, task_id))
-        return task is not None and task.status in ("canceled", "succeeded", "failed")
-
-    await _until(done, 30, "the task never ended")
-    task = await db.read(lambda s: q.get_task(s, task_id))
-    assert task is not None
-    return task
-
-
-def _click(
-    live: Live, message: SlackMessage, root_ts: str, user: str, name: str = "stop"
-) -> dict[str, Any]:
-    """A ``block_actions`` payload for the ``name`` button (Stop) on ``message``, as Slack
-    sends it."""
-    [_, actions] = message.blocks or [None, {"elements": []}]
-    [button] = [b for b in actions["elements"] if b["action_id"] == f"keel:{name}"]
-    return {
-        "type": "block_actions",
-        "team": {"id": live.slack.team_id, "domain": "keel-emulated"},
-        "user": {"id": user, "username": user.lower(), "team_id": live.slack.team_id},
-        "api_app_id": live.slack.app_id,
-        "token": "unused",
-        "container": {
-            "type": "message",
-            "message_ts": message.ts,
-            "channel_id": CHANNEL,
-            "is_ephemeral": False,
-            "thread_ts": root_ts,
-        },
-        "trigger_id": uuid.uuid4().hex,
-        "channel": {"id": CHANNEL, "name": "general"},
-        "message": {"type": "message", "ts": message.ts, "thread_ts": root_ts, "text": ""},
-        "response_url": "https://hooks.slack.invalid/actions/unused",
-        "actions": [
-            {
-                **button,
-                "block_id": "keel",
-                "action_ts": f"{time.time():.6f}",
-            }
-        ],
-    }
-
-
-async def _post_click(live: Live, payload: dict[str, Any]) -> int:
-    body = urlencode({"payload": json.dumps(payload)}).encode()
-    signed = sign_slack(body, SIGNING_SECRET)
-    headers = signed.headers | {"Content-Type": "application/x-www-form-urlencoded"}
-    [response] = await deliver(live.url + "/slack/interactivity", signed.with_headers(**headers))
-    return response.status_code
-
-
-def _reaction(live: Live, item_ts: str, user: str = PERSON) -> dict[str, Any]:
-    return {
-        "type": "reaction_added",
-        "user": user,
-        "reaction": "octagonal_sign",
-        "item": {"type": "message", "channel": CHANNEL, "ts": item_ts},
-        "event_ts": f"{time.time():.6f}",
-    }
 
 
 async def test_eyes_land_on_the_mention_when_it_is_a_reply_in_a_thread(
@@ -151,7 +73,7 @@ async def test_eyes_land_on_the_mention_when_it_is_a_reply_in_a_thread(
             mention = live.slack.find(CHANNEL, mention_ts)
             return mention is not None and "eyes" in mention.reactions
 
-        await _until(reacted, 15, "no 👀")
+        await until(reacted, 15, "no 👀")
         root = live.slack.find(CHANNEL, root_ts)
         assert root is not None and root.reactions == {}  # not on the thread's root
         counts = await live.counts()
@@ -171,9 +93,9 @@ async def test_stop_reaction_on_any_message_of_the_thread_stops_its_task(
         task, progress = await _started(live, db, root_ts)
         item_ts = {"progress": progress.ts, "mention": mention_ts, "root": root_ts}[target]
 
-        await live.send_slack(_reaction(live, item_ts))
+        await live.send_slack(live.reaction(item_ts, "octagonal_sign"))
 
-        ended = await _ended(db, task.task_id)
+        ended = await until_ended(db, task.task_id)
         reacted = live.slack.find(CHANNEL, item_ts)
     db.close()
     assert ended.status == TaskStatus.canceled, ended.result
@@ -187,23 +109,21 @@ async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_ou
 ) -> None:
     db = Database.from_url(db_url)
     with live_keel(tmp_path / "keel", db_url, workers=True, extra=_slow_job(tmp_path)) as live:
-        mention = live.mention("please rerun the slow job")
-        root_ts = mention["ts"]
-        await live.send_slack(mention)
+        root_ts = await live.start_thread("please rerun the slow job")
         task, progress = await _started(live, db, root_ts)
-        first = _click(live, progress, root_ts, PERSON)
-        assert await _post_click(live, first) == 200
-        second = _click(live, progress, root_ts, PERSON)
-        assert await _post_click(live, second) == 200
-        assert await _post_click(live, first) == 200  # Slack delivering the first one again
+        first = live.click(progress, root_ts, PERSON)
+        assert await live.send_click(first) == 200
+        second = live.click(progress, root_ts, PERSON)
+        assert await live.send_click(second) == 200
+        assert await live.send_click(first) == 200  # Slack delivering the first one again
 
-        ended = await _ended(db, task.task_id)
+        ended = await until_ended(db, task.task_id)
 
         async def outcome_shown() -> bool:
             shown = _progress(live, root_ts)
             return shown is not None and not shown.blocks and "stopped" in shown.text
 
-        await _until(outcome_shown, 15, "the Stop button was not replaced by the outcome")
+        await until(outcome_shown, 15, "the Stop button was not replaced by the outcome")
         replies = [m.text for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id]
         counts = await live.counts()
     db.close()
@@ -220,20 +140,15 @@ async def test_stop_button_refuses_someone_not_allowed_with_a_note_only_they_see
     db = Database.from_url(db_url)
     with live_keel(tmp_path / "keel", db_url, workers=True, extra=_slow_job(tmp_path)) as live:
         live.slack.add_user(MALLORY, "mallory")
-        mention = live.mention("please rerun the slow job")
-        await live.send_slack(mention)
-        task, progress = await _started(live, db, mention["ts"])
+        root_ts = await live.start_thread("please rerun the slow job")
+        task, progress = await _started(live, db, root_ts)
 
-        assert await _post_click(live, _click(live, progress, mention["ts"], MALLORY)) == 200
-
-        async def told() -> bool:
-            return any(m.user == MALLORY for m in live.slack.ephemeral)
-
-        await _until(told, 15, "the refusal was not shown")
+        assert await live.send_click(live.click(progress, root_ts, MALLORY)) == 200
+        await live.note_shown_to(MALLORY)
         still = await db.read(lambda s: q.get_task(s, task.task_id))
-        shown = _progress(live, mention["ts"])
+        shown = _progress(live, root_ts)
     db.close()
     [note] = live.slack.ephemeral
-    assert "not allowed" in note.text and note.thread_ts == mention["ts"]
+    assert "not allowed" in note.text and note.thread_ts == root_ts
     assert still is not None and still.cancel_requested_at is None
     assert shown is not None and shown.blocks  # the button is still there for others

@@ -6,8 +6,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.config import SlackConfig
 from adapters.emulators.github import create_github_app
@@ -19,6 +17,7 @@ from adapters.github.surface import BODY_LIMIT, GitHubSurface, marker
 from adapters.slack.surface import TEXT_LIMIT, SlackSurface, fetch_slack_identity, slack_client
 from runtime.errors import NotFound, Permanent, Retryable
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread
+from tests.factories import app_key_pair
 
 SLACK_TOKEN = "xoxb-keel-emulated"
 CHANNEL = "C0KEELGEN1"
@@ -167,18 +166,7 @@ class GitHub:
 
 @pytest.fixture(scope="module")
 def app_key() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    return app_key_pair()
 
 
 @pytest.fixture

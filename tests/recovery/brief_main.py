@@ -34,13 +34,7 @@ async def main(db_url: str, folder: Path, slack_url: str) -> None:
     client = AsyncWebClient(token=TOKEN, base_url=api, retry_handlers=[])
     slack = SlackReaders(SingleWorkspace(client, IDENTITY), api, settings)
     stack.ctx.briefing = Briefing(ThreadContext(slack, None), settings)
-    worker = stack.worker(concurrency=1)
-    running = asyncio.create_task(worker.run())
-    while not (folder / "stop").exists():
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await running
-    stack.db.close()
+    await stack.work_until(folder / "stop", concurrency=1)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,7 @@ async def main(db_url: str, folder: Path) -> None:
     agents = {"default": agent(["lookup"], max_cost_usd=1.0, max_turns=100)}
     stack = build_stack(db_url, folder, script(), agents=agents, lease_seconds=1.0)
     stack.ctx.accounting = Accounting("scripted", {"scripted": PRICE})
-    worker = stack.worker(concurrency=1)
-    running = asyncio.create_task(worker.run())
-    while not (folder / "stop").exists():
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await running
-    stack.db.close()
+    await stack.work_until(folder / "stop", concurrency=1)
 
 
 if __name__ == "__main__":

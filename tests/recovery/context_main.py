@@ -60,13 +60,7 @@ async def main(db_url: str, folder: Path, task_id: str) -> None:
         db_url, folder, provider, agents={"default": agent(["blob"])}, lease_seconds=1.0
     )
     stack.ctx.window = Window(context_window=WINDOW, reply_tokens=256)
-    worker = stack.worker(concurrency=1)
-    running = asyncio.create_task(worker.run())
-    while not (folder / "stop").exists():
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await running
-    stack.db.close()
+    await stack.work_until(folder / "stop", concurrency=1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Running a task under a worker process that a fault may SIGKILL: restart it without the
-fault until the task's run is done (the kill-point tests' shared loop)."""
+fault until the task's run is done (the kill-point tests' shared loop), and running a check
+at every fault point a traced run reached."""
 
 from __future__ import annotations
 
@@ -62,3 +63,22 @@ async def until_done(
     finally:
         (folder / "stop").write_text("")
         worker.wait(timeout=15)
+
+
+def points_reached(trace: Path) -> list[str]:
+    """The fault points a run with KEEL_FAULT_TRACE passed, each once, in the order reached."""
+    return list(dict.fromkeys(trace.read_text().split()))
+
+
+async def problems_at(
+    points: Sequence[str], check: Callable[[int, str], Awaitable[list[str]]], parallel: int
+) -> list[str]:
+    """Every problem ``check`` (given each point and its index) finds, ``parallel`` at once."""
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(index: int, point: str) -> list[str]:
+        async with gate:
+            return await check(index, point)
+
+    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(points)))
+    return [p for r in results for p in r]

@@ -7,13 +7,6 @@ message that arrives mid-run, then answers.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +19,7 @@ from runtime.store.engine import Database
 from runtime.store.models import MailboxMessageRow, TaskRow
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
+from tests.recovery.single import run_task
 
 
 def _call(name: str, **args: Any) -> dict[str, Any]:
@@ -78,26 +72,6 @@ class Outcome:
     interrupted: list[str]
 
 
-def _spawn(
-    db_url: str, folder: Path, fault: str | None, trace: Path | None
-) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_FAULT")}
-    if fault:
-        env["KEEL_FAULT"] = fault
-    if trace:
-        env["KEEL_FAULT_TRACE"] = str(trace)
-    script = folder / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    root = Path(__file__).resolve().parents[2]
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.recovery.worker_main", db_url, str(folder), str(script)],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(folder / "worker.err").open("ab"),
-    )
-
-
 async def run_scenario(
     db_url: str,
     folder: Path,
@@ -107,37 +81,29 @@ async def run_scenario(
     timeout: float = 150,
 ) -> Outcome:
     """Run the task with an optional kill point, restart after a kill, wait for the end."""
-    folder.mkdir(parents=True, exist_ok=True)
+    appended: list[str] = []
+
+    async def follow_up(
+        scheduler: Scheduler, task_id: str, run: executions.Run, died: bool
+    ) -> None:
+        """The follow-up arrives once: at turn 1, or at the kill if that comes first."""
+        if not appended and (run.turn >= 1 or died):
+            await scheduler.append_mailbox(task_id, "followup-1", [text_part(FOLLOW_UP)], "U1")
+            appended.append(task_id)
+
+    spec = make_spec(message="fix the flaky checkout test")
+    task_id = await run_task(
+        db_url,
+        folder,
+        SCRIPT,
+        spec=spec,
+        fault=fault,
+        trace=trace,
+        on_tick=follow_up,
+        timeout=timeout,
+    )
     db = Database.from_url(db_url)
-    scheduler = Scheduler(db)
-    task = (await scheduler.schedule(make_spec(message="fix the flaky checkout test"))).task
-    worker = _spawn(db_url, folder, fault, trace)
-    appended = False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            run = await db.run(lambda s: executions.load_run(s, task.task_id))
-            if not appended and run is not None and (run.turn >= 1 or worker.poll() is not None):
-                await scheduler.append_mailbox(
-                    task.task_id, "followup-1", [text_part(FOLLOW_UP)], "U1"
-                )
-                appended = True
-            if worker.poll() is not None:  # killed at the fault point: start again, no fault
-                worker = _spawn(db_url, folder, None, None)
-            if run is not None and run.phase == "done":
-                break
-            await asyncio.sleep(0.05)
-        else:
-            log = (folder / "worker.err").read_text()[-2000:]
-            raise TimeoutError(f"task did not finish; fault={fault}; worker log tail:\n{log}")
-    finally:
-        (folder / "stop").write_text("")
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.send_signal(signal.SIGKILL)
-        (folder / "stop").unlink()
-    outcome = await _observe(db, task.task_id, folder)
+    outcome = await _observe(db, task_id, folder)
     db.close()
     return outcome
 

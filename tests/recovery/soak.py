@@ -188,13 +188,7 @@ async def worker_main(db_url: str, folder: Path, script_path: Path) -> None:
     tools = cast(dict[str, Tool], stack.ctx.tools)
     for name in WRITES:
         tools[name] = Slowed(tools[name])
-    worker = stack.worker(concurrency=2)
-    running = asyncio.create_task(worker.run())
-    while not (folder / "stop").exists():
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await running
-    stack.db.close()
+    await stack.work_until(folder / "stop", concurrency=2)
 
 
 # -- one round --------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ the same approval is delivered twice and a second person approves again."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from runtime.store import executions, outbox, tool_calls
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import text_part
+from tests.recovery.restarts import points_reached, problems_at
 from tests.recovery.single import run_task
 
 SCRIPT = {
@@ -48,7 +48,7 @@ async def run_approval(
     """Run the task; approve once it is parked (twice, and again as someone else)."""
     approved: list[str] = []
 
-    async def approve(scheduler: Scheduler, task_id: str, run: executions.Run) -> None:
+    async def approve(scheduler: Scheduler, task_id: str, run: executions.Run, _: bool) -> None:
         if not approved and run.phase == "await_approval":
             for key in ("approve-1", "approve-1", "approve-2"):
                 await scheduler.append_mailbox(task_id, key, [text_part("approve")])
@@ -85,15 +85,12 @@ async def test_approval_survives_a_kill_at_every_boundary_and_the_write_happens_
     trace = tmp_path / "trace.txt"
     baseline = await run_approval(db_factory(), tmp_path / "baseline", trace=trace)
     assert _check("baseline", baseline) == []
-    points = list(dict.fromkeys(trace.read_text().split()))
+    points = points_reached(trace)
     assert "commit:await_approval#1" in points and "dispatching:call_0_0#1" in points, points
     urls = [db_factory() for _ in points]
-    gate = asyncio.Semaphore(PARALLEL)
 
     async def one(index: int, point: str) -> list[str]:
-        async with gate:
-            outcome = await run_approval(urls[index], tmp_path / f"kill{index}", fault=point)
-            return _check(point, outcome)
+        outcome = await run_approval(urls[index], tmp_path / f"kill{index}", fault=point)
+        return _check(point, outcome)
 
-    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(points)))
-    assert [p for r in results for p in r] == []
+    assert await problems_at(points, one, PARALLEL) == []

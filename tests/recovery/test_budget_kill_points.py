@@ -3,7 +3,6 @@ the task asked once per budget, took each reply once, and ended on ``stop``."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from runtime.store import executions, outbox, transcripts
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
-from tests.recovery.restarts import spawn, until_done
+from tests.recovery.restarts import points_reached, problems_at, spawn, until_done
 
 PARALLEL = 2
 
@@ -84,7 +83,7 @@ async def test_one_question_per_budget_and_each_reply_once_when_killed_around_th
     trace = tmp_path / "trace.txt"
     baseline = await _run(db_factory(), tmp_path / "baseline", {"KEEL_FAULT_TRACE": str(trace)})
     assert _problems("baseline", baseline) == []
-    reached = list(dict.fromkeys(trace.read_text().split()))
+    reached = points_reached(trace)
     # Every tick of the parked phase, and each commit that parks (the call_model commit just
     # before the parked phase's first tick); the other call_model commits are the context
     # test's.
@@ -93,12 +92,9 @@ async def test_one_question_per_budget_and_each_reply_once_when_killed_around_th
         if point.startswith("commit:await_budget") and "call_model" in reached[index - 1]:
             points.append(reached[index - 1])
     assert len(points) >= 4, reached
-    gate = asyncio.Semaphore(PARALLEL)
 
     async def one(index: int, point: str) -> list[str]:
-        async with gate:
-            seen = await _run(db_factory(), tmp_path / f"kill{index}", {"KEEL_FAULT": point})
-            return _problems(point, seen)
+        seen = await _run(db_factory(), tmp_path / f"kill{index}", {"KEEL_FAULT": point})
+        return _problems(point, seen)
 
-    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(points)))
-    assert [p for r in results for p in r] == []
+    assert await problems_at(points, one, PARALLEL) == []

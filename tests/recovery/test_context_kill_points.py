@@ -9,7 +9,6 @@ again, never stored twice), and the mailbox message is in the transcript once.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from runtime.store import transcripts
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
-from tests.recovery.restarts import spawn, until_done
+from tests.recovery.restarts import points_reached, problems_at, spawn, until_done
 
 PARALLEL = 2
 FOLLOW_UP = "and keep the changelog"
@@ -92,16 +91,13 @@ async def test_same_requests_and_one_compaction_per_need_when_killed_at_each_mod
     assert baseline.summaries, "the scenario never compacted"
     assert baseline.mailbox_items == 1
     assert all(len(d) == 1 for d in baseline.requests.values()), baseline.requests
-    reached = list(dict.fromkeys(trace.read_text().split()))
+    reached = points_reached(trace)
     points = [p for p in reached if "call_model" in p or "compaction" in p]
     assert any(p.startswith("compaction:summarised") for p in points)
-    gate = asyncio.Semaphore(PARALLEL)
 
     async def one(index: int, point: str) -> list[str]:
-        async with gate:
-            env = {"KEEL_FAULT": point}
-            outcome = await _run(db_factory(), tmp_path / f"kill{index}", env)
-            return _problems(point, baseline, outcome)
+        env = {"KEEL_FAULT": point}
+        outcome = await _run(db_factory(), tmp_path / f"kill{index}", env)
+        return _problems(point, baseline, outcome)
 
-    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(points)))
-    assert [p for r in results for p in r] == []
+    assert await problems_at(points, one, PARALLEL) == []

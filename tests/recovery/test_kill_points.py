@@ -7,11 +7,11 @@ message appears once in the transcript, and tool results appear in call order.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 from runtime.store.records import TaskStatus
+from tests.recovery.restarts import points_reached, problems_at
 from tests.recovery.scenario import Outcome, run_scenario
 
 PARALLEL = 2
@@ -45,16 +45,12 @@ async def test_task_recovers_correctly_when_worker_is_killed_at_every_boundary(
     baseline = await run_scenario(db_factory(), tmp_path / "baseline", trace=trace)
     assert _check("baseline", baseline) == []
     assert baseline.interrupted == []
-    points = list(dict.fromkeys(trace.read_text().split()))
+    points = points_reached(trace)
     assert len(points) >= 40, points  # every commit, dispatch, start and settle of 5 turns + child
     urls = [db_factory() for _ in points]
-    gate = asyncio.Semaphore(PARALLEL)
 
     async def one(index: int, point: str) -> list[str]:
-        async with gate:
-            outcome = await run_scenario(urls[index], tmp_path / f"kill{index}", fault=point)
-            return _check(point, outcome)
+        outcome = await run_scenario(urls[index], tmp_path / f"kill{index}", fault=point)
+        return _check(point, outcome)
 
-    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(points)))
-    problems = [p for r in results for p in r]
-    assert problems == []
+    assert await problems_at(points, one, PARALLEL) == []

@@ -5,7 +5,6 @@ pull request's evidence (they share the settlement's transaction)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from runtime.store import ledger
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import PullLinkRow
+from tests.recovery.restarts import points_reached, problems_at
 from tests.recovery.single import run_task
 
 SCRIPT = {
@@ -62,16 +62,13 @@ async def test_pull_request_link_is_written_once_with_its_evidence_at_every_kill
     url = db_factory()
     task_id = await run_task(url, tmp_path / "baseline", SCRIPT, trace=trace)
     assert await _observe(url, tmp_path / "baseline", task_id) == []
-    points = list(dict.fromkeys(trace.read_text().split()))
+    points = points_reached(trace)
     assert "settled:call_0_0#1" in points and "started:call_0_0#1" in points, points
     urls = [db_factory() for _ in points]
-    gate = asyncio.Semaphore(PARALLEL)
 
     async def one(index: int, point: str) -> list[str]:
-        async with gate:
-            folder = tmp_path / f"kill{index}"
-            task_id = await run_task(urls[index], folder, SCRIPT, fault=point)
-            return [f"{point}: {p}" for p in await _observe(urls[index], folder, task_id)]
+        folder = tmp_path / f"kill{index}"
+        task_id = await run_task(urls[index], folder, SCRIPT, fault=point)
+        return [f"{point}: {p}" for p in await _observe(urls[index], folder, task_id)]
 
-    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(points)))
-    assert [p for r in results for p in r] == []
+    assert await problems_at(points, one, PARALLEL) == []

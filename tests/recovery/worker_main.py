@@ -22,13 +22,7 @@ async def main(db_url: str, folder: Path, script_path: Path, approval: str = "")
         tools = tuple(stack.ctx.tools)
         guarded = agent(tools).model_copy(update={"require_approval": tuple(approval.split(","))})
         stack.ctx.agents = {"default": guarded}
-    worker = stack.worker(concurrency=2)
-    running = asyncio.create_task(worker.run())
-    while not (folder / "stop").exists():
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await running
-    stack.db.close()
+    await stack.work_until(folder / "stop", concurrency=2)
 
 
 if __name__ == "__main__":

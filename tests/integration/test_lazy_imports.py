@@ -65,6 +65,18 @@ def test_a_workers_keel_imports_no_web_framework_bolt_github_alembic_or_psycopg_
     assert _loaded(code, tmp_path, url) == set()
 
 
+def test_a_servers_app_loads_its_web_framework_but_no_alembic_github_or_psycopg_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    url = _current_sqlite(tmp_path)
+    code = (
+        "from adapters.config import AppConfig\n"
+        "from adapters.web.app import create_app\n"
+        "create_app(AppConfig())\n"
+    )
+    assert _loaded(code, tmp_path, url) == {"slack_bolt", "fastapi", "starlette"}
+
+
 def test_a_database_that_is_behind_is_still_upgraded_by_alembic(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'new.db'}"
     code = (

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from pydantic import (
     Field,
     PrivateAttr,
@@ -229,6 +228,9 @@ class GitHubAppConfig(ConfigSection):
 
 def _check_private_key(pem: str) -> None:
     """Parse the App's key now, so a bad one fails ``keel config check``, not the first webhook."""
+    # Imported here: a configuration without App auth never loads cryptography (idle RSS).
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
     try:
         load_pem_private_key(pem.strip().encode(), password=None)
     except (ValueError, TypeError):

@@ -5,8 +5,9 @@ signed Slack mentions on distinct threads, with at most 20 unfinished at a time,
 time; each becomes a task that is acknowledged (👀), run and answered in its thread. RSS is
 read from /proc when idle (after start-up settles) and once every task sent is finished and
 its replies have landed. Baseline, same run: the idle RSS of a bare FastAPI+uvicorn process
-(``bench.bare_ingest``). Targets: idle <= 150 MB; growth <= 30 MB after 10k tasks, or after
-as many as fit in the time bound (the count is printed; the issue asks for 10k).
+(``bench.bare_ingest``). Targets (#19): idle ``keel worker`` <= 90 MB and ``keel serve`` <=
+120 MB; growth <= 30 MB after 10k tasks. Growth is measured after as many tasks as fit in the
+time bound, and ``memory_growth_tasks`` says how many that was against the 10k asked for.
 """
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ def main() -> int:
                  judged_on="value").result_line())
     print(Figure("memory_growth_rss_mb", after - idle, idle, 30,
                  higher_is_better=False, judged_on="value").result_line())
+    print(Figure("memory_growth_tasks", done, TARGET_TASKS, TARGET_TASKS,
+                 judged_on="value").result_line())
     return 0
 
 

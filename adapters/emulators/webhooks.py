@@ -17,11 +17,12 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from adapters.emulators.corpus import load_github_example, load_slack_event
+
+if TYPE_CHECKING:  # `keel tasks` signs with this module and sends with httpx only when asked
+    import httpx
 
 __all__ = [
     "SignedRequest",
@@ -121,6 +122,8 @@ async def deliver(
         else request
         for n in range(times)
     ]
+    import httpx
+
     async with httpx.AsyncClient(timeout=timeout_s) as client:
 
         async def post(attempt: SignedRequest) -> httpx.Response:

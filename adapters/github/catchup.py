@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from github import GithubException
-
 from adapters.github.errors import translate_github_error
 from adapters.github.installations import Installations
 from runtime.clock import Clock
@@ -159,6 +157,8 @@ class CatchUp:
 
 
 def _checked(call: Callable[[], Any]) -> Any:
+    from github import GithubException  # only once a call is made (idle RSS, #19)
+
     try:
         return call()
     except GithubException as e:

@@ -14,12 +14,7 @@ import http.client
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import httpx
-import requests
-import urllib3.exceptions
-from github import Auth, Consts, Github, GithubException
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.config import GitHubConfig
 from adapters.github.errors import message_of, translate_github_error
@@ -27,17 +22,15 @@ from adapters.github.installations import Installations
 from runtime.errors import ConfigError, NotFound, Permanent, Retryable
 from runtime.threads import GitHubIssue
 
+if TYPE_CHECKING:
+    # PyGithub (with requests, urllib3, PyJWT and PyNaCl) and httpx are imported by the first
+    # call that needs them: a process that never calls GitHub never loads them (idle RSS, #19).
+    from github import Auth, Github
+
 T = TypeVar("T")
 
 _DEFAULT_TIMEOUT_S = 15
 _LOOKUP_THREADS = 16
-_TRANSPORT_ERRORS = (
-    requests.exceptions.RequestException,
-    urllib3.exceptions.HTTPError,
-    http.client.HTTPException,
-    ConnectionError,
-    TimeoutError,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +101,7 @@ class GitHubClient:
             raise ValueError("GitHubClient: give either connect or installations")
         self._connect = connect
         self._refreshable = refreshable
-        self._github = connect() if connect is not None else None
+        self._github: Github | None = None  # connected by the first call
         self.installations = installations
         self._api_url = api_url
         self._timeout_s = timeout_s
@@ -138,7 +131,7 @@ class GitHubClient:
     def with_token(
         cls, api_url: str, token: str, *, timeout_s: int = _DEFAULT_TIMEOUT_S
     ) -> GitHubClient:
-        client = cls(lambda: _github(api_url, Auth.Token(token), timeout_s), refreshable=False)
+        client = cls(lambda: _github(api_url, _token_auth(token), timeout_s), refreshable=False)
         client._token = token
         return client
 
@@ -173,7 +166,9 @@ class GitHubClient:
         act on ``repo``; a refused installation token is replaced once and the call repeated."""
         if self.installations is not None:
             return await self._as_installation(self.installations, operation, repo, pool)
-        assert self._github is not None and self._connect is not None
+        assert self._connect is not None
+        if self._github is None:
+            self._github = self._connect()
         try:
             return await _run(pool, operation, self._github)
         except _Unauthorized as refused:
@@ -213,7 +208,7 @@ class GitHubClient:
         current = self._by_installation.get(installation)
         if current is not None and current[0] == token:
             return current[1]
-        github = _github(self._api_url, Auth.Token(token), self._timeout_s)
+        github = _github(self._api_url, _token_auth(token), self._timeout_s)
         self._by_installation[installation] = (token, github)
         return github
 
@@ -273,6 +268,8 @@ class GitHubClient:
 
         def post(path: str) -> Callable[[Github], None]:
             def react(gh: Github) -> None:
+                from github import Consts
+
                 gh.requester.requestJsonAndCheck(
                     "POST", path, input={"content": content},
                     headers={"Accept": Consts.mediaTypeReactionsPreview},
@@ -331,6 +328,8 @@ class GitHubClient:
         """A GitHub Actions job's log (an Actions check run's id is its job's): GitHub
         answers with a short-lived download URL, fetched without our token."""
         location = await self.call(lambda gh: gh.get_repo(repo).get_workflow_job(job_id).logs_url())
+        import httpx
+
         try:
             async with httpx.AsyncClient(timeout=60) as http:
                 response = await http.get(location)
@@ -363,7 +362,15 @@ async def _run(
     return await loop.run_in_executor(pool, _translated, operation, github)
 
 
+def _token_auth(token: str) -> Auth.Token:
+    from github import Auth
+
+    return Auth.Token(token)
+
+
 def _github(api_url: str, auth: Auth.Auth, timeout_s: int) -> Github:
+    from github import Github
+
     return Github(
         base_url=api_url.rstrip("/"),
         auth=auth,
@@ -380,13 +387,23 @@ class _Unauthorized(Exception):
 
 
 def _translated(operation: Callable[[Github], T], github: Github) -> T:
+    import requests
+    import urllib3.exceptions
+    from github import GithubException
+
     try:
         return operation(github)
     except GithubException as e:
         if e.status == 401:
             raise _Unauthorized(f"GitHub 401: {message_of(e)}") from e
         raise translate_github_error(e) from e
-    except _TRANSPORT_ERRORS as e:
+    except (
+        requests.exceptions.RequestException,
+        urllib3.exceptions.HTTPError,
+        http.client.HTTPException,
+        ConnectionError,
+        TimeoutError,
+    ) as e:
         # The request may have landed (a dropped response): callers that wrote reconcile.
         raise Retryable(f"GitHub transport error, outcome unknown: {type(e).__name__}") from e
 

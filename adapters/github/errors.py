@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
-
-from github import GithubException
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import NotFound, Permanent, Retryable
+
+if TYPE_CHECKING:  # PyGithub is imported where a call is made (idle RSS, #19)
+    from github import GithubException
 
 
 def translate_github_error(error: GithubException) -> Exception:

@@ -14,15 +14,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import requests
-from github import Auth, GithubException, GithubIntegration
+from typing import TYPE_CHECKING, Any
 
 from adapters.github.errors import translate_github_error
 from runtime.errors import NotFound, Permanent, Retryable
 
-_TRANSPORT = (requests.exceptions.RequestException, ConnectionError, TimeoutError)
+if TYPE_CHECKING:  # PyGithub and requests are imported when App auth is set up (idle RSS, #19)
+    from github import GithubIntegration
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +47,8 @@ class Installations:
         self.default_installation = default_installation
         self.margin_s = margin_s
         self.now = now
+        from github import Auth, GithubIntegration
+
         self._integration = GithubIntegration(
             auth=Auth.AppAuth(app_id, private_key),
             base_url=api_url.rstrip("/"),
@@ -118,9 +118,12 @@ class Installations:
 
 
 def _call(operation: Callable[[], Any]) -> Any:
+    import requests
+    from github import GithubException
+
     try:
         return operation()
     except GithubException as e:
         raise translate_github_error(e) from e
-    except _TRANSPORT as e:
+    except (requests.exceptions.RequestException, ConnectionError, TimeoutError) as e:
         raise Retryable(f"GitHub transport error: {type(e).__name__}") from e

@@ -11,11 +11,12 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
-
-from github import Github
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from adapters.github.client import GitHubClient
+
+if TYPE_CHECKING:
+    from github import Github
 
 T = TypeVar("T")
 

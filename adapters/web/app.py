@@ -24,7 +24,7 @@ from adapters.web.auth import TOKEN_QUERY, AdminAuth
 from adapters.web.ingress import create_ingress_router, install_ingress
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
-from runtime.store.migrate import head_revision
+from runtime.store.migrate import head_from_files, head_revision
 
 
 class _Late:
@@ -130,7 +130,9 @@ def _mount_health(app: FastAPI, keel: Keel) -> None:
         """The process is up."""
         return {"ok": True}
 
-    head = head_revision()
+    # Read from the revision files as text: Alembic (with Mako) stays unloaded unless they
+    # say more than that reads (a merge), as for `upgrade` (idle RSS, #19).
+    head = head_from_files() or head_revision()
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:

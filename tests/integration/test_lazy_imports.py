@@ -15,7 +15,11 @@ from runtime.store.engine import make_engine
 from runtime.store.migrate import head_from_files, head_revision, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("slack_bolt", "github", "uvicorn", "fastapi", "starlette", "alembic", "psycopg")
+HEAVY = (
+    "slack_bolt", "github", "uvicorn", "fastapi", "starlette", "alembic", "psycopg",
+    # PyGithub's own imports, httpx and cryptography: loaded by the first call that needs them
+    "requests", "urllib3", "jwt", "nacl", "httpx", "cryptography",
+)
 REPORT = (
     "import atexit, sys\n"
     f"atexit.register(lambda: print('LOADED', ','.join(m for m in {HEAVY!r} "
@@ -47,7 +51,7 @@ def test_tasks_ls_imports_no_surface_library_no_server_and_no_alembic(tmp_path: 
     assert _loaded(code, tmp_path, url) == set()
 
 
-def test_a_workers_keel_imports_no_web_framework_bolt_alembic_or_psycopg_on_sqlite(
+def test_a_workers_keel_imports_no_web_framework_bolt_github_alembic_or_psycopg_on_sqlite(
     tmp_path: Path,
 ) -> None:
     url = _current_sqlite(tmp_path)
@@ -58,7 +62,19 @@ def test_a_workers_keel_imports_no_web_framework_bolt_alembic_or_psycopg_on_sqli
         "keel.migrate()\n"
         "keel.db.close()\n"
     )
-    assert _loaded(code, tmp_path, url) == {"github"}  # the GitHub surface's client library
+    assert _loaded(code, tmp_path, url) == set()
+
+
+def test_a_servers_app_loads_its_web_framework_but_no_alembic_github_or_psycopg_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    url = _current_sqlite(tmp_path)
+    code = (
+        "from adapters.config import AppConfig\n"
+        "from adapters.web.app import create_app\n"
+        "create_app(AppConfig())\n"
+    )
+    assert _loaded(code, tmp_path, url) == {"slack_bolt", "fastapi", "starlette"}
 
 
 def test_a_database_that_is_behind_is_still_upgraded_by_alembic(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from adapters.emulators.github_state import GitHubState
 from routing.signal import Actor, Signal
 from runtime.store.records import TaskSpec
 from runtime.threads import SlackThread
@@ -68,3 +69,14 @@ def app_key_pair() -> tuple[str, str]:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode()
     return private, public
+
+
+def github_app_settings(private_key: str, *, pin_installation: bool = False) -> dict[str, object]:
+    """The ``github`` section of a config that signs in as the emulator's App with this key
+    (``pin_installation``: with the emulator's installation id, instead of looking it up)."""
+    state = GitHubState()
+    app: dict[str, object] = {"app_id": state.app_id, "private_key": private_key}
+    if pin_installation:
+        app["installation_id"] = state.installation_id
+    return {"github": {"token": None, "bot_login": "keel[bot]", "app": app}}
+

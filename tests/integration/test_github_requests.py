@@ -18,7 +18,7 @@ from adapters.emulators.corpus import load_github_example
 from adapters.emulators.github_state import GitHubState
 from runtime.store.engine import Database
 from runtime.store.models import SignalRow
-from tests.factories import app_key_pair
+from tests.factories import app_key_pair, github_app_settings
 from tests.integration.keel_live import GH_REPO, GH_USER, WEBHOOK_SECRET, Live, live_keel
 
 BOT = "keel-bot"  # live_keel's bot login (token auth)
@@ -270,21 +270,10 @@ def app_key() -> tuple[str, str]:
     return app_key_pair()
 
 
-def _app_auth(private_key: str) -> dict[str, object]:
-    state = GitHubState()
-    return {
-        "github": {
-            "token": None,
-            "bot_login": "keel[bot]",
-            "app": {"app_id": state.app_id, "private_key": private_key},
-        }
-    }
-
-
 async def test_deliveries_missed_while_keel_was_down_are_redelivered_once_each_one_signal(
     db_url: str, tmp_path: Path, app_key: tuple[str, str]
 ) -> None:
-    extra = _app_auth(app_key[0])
+    extra = github_app_settings(app_key[0])
     an_hour_ago = time.time() - 3600
     # The catch-up job runs at start and then every 0.2 s.
     extra["github"]["catch_up_interval_s"] = 0.2  # type: ignore[index]

@@ -41,28 +41,13 @@ from runtime.store.outbox import OutboxPost, enqueue_post, posts_of_task
 from runtime.surfaces import Surface
 from runtime.threads import GitHubIssue, SlackThread, ThreadRef
 from tests.databases import admin_url
-from tests.factories import app_key_pair
+from tests.factories import app_key_pair, github_app_settings
 from tests.integration.keel_live import CHANNEL, SHOP, Live, drive, live_keel
 
 
 @pytest.fixture(scope="module")
 def app_key() -> tuple[str, str]:
     return app_key_pair()
-
-
-def _app_auth(private_key: str) -> dict[str, object]:
-    state = GitHubState()
-    return {
-        "github": {
-            "token": None,
-            "bot_login": "keel[bot]",
-            "app": {
-                "app_id": state.app_id,
-                "private_key": private_key,
-                "installation_id": state.installation_id,
-            },
-        }
-    }
 
 
 def _unconsumed(*states: SlackState | GitHubState) -> list[str]:
@@ -72,7 +57,7 @@ def _unconsumed(*states: SlackState | GitHubState) -> list[str]:
 async def test_one_of_each_post_and_one_pr_when_providers_fail_along_the_way(
     db_url: str, tmp_path: Path, app_key: tuple[str, str]
 ) -> None:
-    extra = _app_auth(app_key[0])
+    extra = github_app_settings(app_key[0], pin_installation=True)
     with live_keel(tmp_path, db_url, workers=True, extra=extra, app_public_key=app_key[1]) as live:
         live.slack.inject("reactions.add", "429", retry_after=1)
         live.slack.inject("chat.postMessage", "500")

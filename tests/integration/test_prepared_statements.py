@@ -187,3 +187,37 @@ async def test_cursor_listeners_still_see_the_driver_path_statements(database: D
         event.remove(database.engine, "before_cursor_execute", grab)
     assert any(s.startswith("SELECT") and "transcript_items" in s for s in seen)
     assert any(s.startswith("INSERT INTO transcript_items") for s in seen)
+
+
+async def test_a_batch_inserts_in_order_once_each_even_with_repeated_keys(
+    database: Database,
+) -> None:
+    """A batch of rows (one statement of several ``VALUES`` tuples on PostgreSQL) keeps the
+    order given, and a key already stored, or repeated in the batch, is inserted once."""
+    task_id = await _task_id(database)
+    first = [transcripts.NewItem(k, "user", "message", {"n": k}) for k in ("a", "b")]
+    database.run_sync(lambda s: transcripts.add_transcript_items(s, task_id, first, NOW))
+    batch = [
+        transcripts.NewItem(k, "tool", "x", {"n": f"{k}{n}"})
+        for n, k in enumerate(["c", "a", "d", "c", "e", "f", "g"])
+    ]
+    database.run_sync(lambda s: transcripts.add_transcript_items(s, task_id, batch, NOW))
+    entries = database.read_sync(lambda s: transcripts.transcript(s, task_id))
+    assert [(e.item_key, e.payload["n"]) for e in entries] == [
+        ("a", "a"), ("b", "b"), ("c", "c0"), ("d", "d2"), ("e", "e4"), ("f", "f5"), ("g", "g6"),
+    ]
+    assert [e.seq for e in entries] == sorted(e.seq for e in entries)
+
+
+def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
+    from sqlalchemy.dialects import postgresql
+
+    from runtime.store.prepared import _compile
+
+    dialect = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+    insert = _compile(transcripts._ADD_ITEMS._make("postgresql"), dialect)
+    batched = insert.multi_row(3)
+    assert batched is not None and batched.count("%(v_item_key__2)s") == 1
+    assert "%(v_item_key)s" not in batched and batched.endswith(insert.sql.split(")")[-1])
+    update = _compile(tool_calls._MARK_DISPATCHING._make("postgresql"), dialect)
+    assert update.multi_row(3) is None

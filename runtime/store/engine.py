@@ -8,13 +8,11 @@ in exactly one place, ``Database.run``, which moves the work off the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.errors import Retryable
 from runtime.store.group_commit import GroupCommitter
+from runtime.store.threads import Threads
 
 T = TypeVar("T")
 
@@ -143,7 +142,7 @@ class Database:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="keel-db")
+        self._threads = Threads(threads, "keel-db")
         # SQLite has one writer at a time; queueing writers of this process here is cheaper
         # than letting them sleep in SQLite's busy handler.
         self._write_lock: Any = contextlib.nullcontext() if self.is_postgres else threading.Lock()
@@ -205,12 +204,10 @@ class Database:
         if self._group is not None:
             result: T = await self._group.run(work)
             return result
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.run_sync, work)
+        return await self._threads.call(functools.partial(self.run_sync, work))
 
     async def read(self, work: Callable[[Session], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.read_sync, work)
+        return await self._threads.call(functools.partial(self.read_sync, work))
 
     def schema_revision_sync(self) -> str | None:
         """The applied migration, read over a fresh connection: proof the database answers."""
@@ -229,15 +226,14 @@ class Database:
         return str(row[0]) if row else None
 
     async def schema_revision(self) -> str | None:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.schema_revision_sync)
+        return await self._threads.call(self.schema_revision_sync)
 
     def close(self) -> None:
         if self._group is not None:
             self._group.close()
         if self._batch_connection is not None:
             self._batch_connection.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._threads.close()
         self.engine.dispose()
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from runtime.store.threads import settle
+
 Work = Callable[[Session], Any]
 MAX_BATCH = 64
 
@@ -119,11 +121,5 @@ def _hand_over(batch: list[_Request], results: list[tuple[Any, BaseException | N
 
 
 def _settle(outcomes: list[Outcome]) -> None:
-    """On the caller's loop: a caller that stopped waiting (cancelled) simply misses it."""
     for done, result, error in outcomes:
-        if done.done():
-            continue
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)
+        settle(done, result, error)

@@ -89,7 +89,7 @@ def _mark_unless_stopped(
         return None
     now = ctx.clock.now()
     deadline = now + timedelta(seconds=ctx.agent(task.agent).limits.tool_deadline_s)
-    tool_calls.mark_dispatching(session, task.task_id, ids, dict.fromkeys(ids, deadline), now)
+    tool_calls.mark_dispatching(session, task.task_id, ids, deadline, now)
     return deadline
 
 

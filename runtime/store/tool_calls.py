@@ -67,15 +67,29 @@ _THIS_CALL = (
     _CALLS.c.task_id == bindparam("b_task_id"),
     _CALLS.c.call_id == bindparam("b_call_id"),
 )
-_MARK_DISPATCHING = Prepared(
-    update(_CALLS)
-    .where(*_THIS_CALL, _CALLS.c.dispatch_state == "pending")
-    .values(
-        dispatch_state="dispatching",
-        dispatched_at=bindparam("b_now", type_=UtcDateTime),
-        deadline_at=bindparam("b_deadline", type_=UtcDateTime),
-    )
-)
+_MARKING: dict[int, Prepared] = {}  # by the number of calls marked at once
+
+
+def _marking(count: int) -> Prepared:
+    """One statement marks a batch: ``count`` call ids in an ``IN`` list of their own."""
+    found = _MARKING.get(count)
+    if found is None:
+        found = _MARKING[count] = Prepared(
+            update(_CALLS)
+            .where(
+                _CALLS.c.task_id == bindparam("b_task_id"),
+                _CALLS.c.call_id.in_([bindparam(f"b_call_{n}") for n in range(count)]),
+                _CALLS.c.dispatch_state == "pending",
+            )
+            .values(
+                dispatch_state="dispatching",
+                dispatched_at=bindparam("b_now", type_=UtcDateTime),
+                deadline_at=bindparam("b_deadline", type_=UtcDateTime),
+            )
+        )
+    return found
+
+
 _RECORD_HANDLE = (
     update(_CALLS)
     .where(*_THIS_CALL, _CALLS.c.dispatch_state.in_(["dispatching", "started"]))
@@ -166,19 +180,14 @@ def all_calls(session: Session, task_id: str) -> list[ToolCallRecord]:
 
 
 def mark_dispatching(
-    session: Session,
-    task_id: str,
-    call_ids: Sequence[str],
-    deadlines: dict[str, datetime],
-    now: datetime,
+    session: Session, task_id: str, call_ids: Sequence[str], deadline: datetime, now: datetime
 ) -> None:
+    """Mark the pending calls among ``call_ids`` as ``dispatching``, due by ``deadline``."""
     if not call_ids:
         return
-    params = [
-        {"b_task_id": task_id, "b_call_id": c, "b_now": now, "b_deadline": deadlines[c]}
-        for c in call_ids
-    ]
-    _MARK_DISPATCHING.execute_many(session, params)
+    params: dict[str, Any] = {"b_task_id": task_id, "b_now": now, "b_deadline": deadline}
+    params.update((f"b_call_{n}", call_id) for n, call_id in enumerate(call_ids))
+    _marking(len(call_ids)).execute(session, params)
 
 
 def record_handle(session: Session, task_id: str, call_id: str, handle: str) -> None:

@@ -69,13 +69,7 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
 
     def lifecycle(session: Transaction) -> tuple[bool, bool]:
         tool_calls.add_tool_calls(session, task_id, calls)
-        tool_calls.mark_dispatching(
-            session,
-            task_id,
-            ["c0", "c1"],
-            {"c0": deadline, "c1": deadline},
-            NOW,
-        )
+        tool_calls.mark_dispatching(session, task_id, ["c0", "c1"], deadline, NOW)
         first = tool_calls.settle(
             session,
             task_id,
@@ -219,5 +213,5 @@ def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
     batched = insert.multi_row(3)
     assert batched is not None and batched.count("%(v_item_key__2)s") == 1
     assert "%(v_item_key)s" not in batched and batched.endswith(insert.sql.split(")")[-1])
-    update = _compile(tool_calls._MARK_DISPATCHING._make("postgresql"), dialect)
+    update = _compile(tool_calls._marking(3)._make("postgresql"), dialect)
     assert update.multi_row(3) is None

@@ -127,7 +127,7 @@ def record_recovered_calls(session: Any, task_id: str) -> None:
         {"type": "tool_call", "call_id": "call_9_0", "name": "create_blind", "arguments": {}},
         now,
     )
-    tool_calls.mark_dispatching(session, task_id, ["call_9_0"], {"call_9_0": now}, now)
+    tool_calls.mark_dispatching(session, task_id, ["call_9_0"], now, now)
     lost = {"output": "interrupted: effect unknown", "is_error": True}
     tool_calls.settle(session, task_id, "call_9_0", outcome="interrupted", result=lost, now=now)
     late = {"output": "value of a, again"}

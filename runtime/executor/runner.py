@@ -136,20 +136,15 @@ class Runner:
         after = transition.after
         if after == "wait" and transition.wait_guard is not None:
             after = "wait" if transition.wait_guard(session) else "delay"
-        executions.commit_transition(
-            session,
-            run,
-            lease.lease_id,
-            phase=transition.phase,
-            turn=transition.turn,
-            mailbox_position=transition.mailbox_position,
-            state=transition.state,
-            now=now,
+        advance = executions.Advance(
+            transition.phase, transition.turn, transition.mailbox_position, transition.state, now
         )
+        if after == "continue":
+            task = q.advance_and_refresh(session, run, lease.lease_id, held.task, advance)
+            return "continue", _with_reads(session, _advanced(run, transition), held, task)
+        executions.commit_transition(session, run, lease.lease_id, advance)
         scheduler = self.ctx.scheduler
         match after:
-            case "continue":
-                return "continue", _with_reads(session, _advanced(run, transition), held)
             case "delay":
                 at = now + timedelta(seconds=transition.delay_s)
                 scheduler.release_in(session, lease, at)
@@ -181,11 +176,15 @@ _NEEDS_CALLS: frozenset[Phase] = frozenset(
 _NEEDS_TRANSCRIPT: frozenset[Phase] = frozenset({"call_model", "report_terminal"})
 
 
-def _with_reads(session: Transaction, run: Run, held: _Held | None = None) -> _Held | None:
-    """The run's task, and what the run's phase reads first: whether a stop is recorded on
-    the task or an ancestor, the turn's tool calls, the transcript. None if the task is gone.
+def _with_reads(
+    session: Transaction, run: Run, held: _Held | None = None, task: Task | None = None
+) -> _Held | None:
+    """The run's task (``task``, when the commit read it already), and what the run's phase
+    reads first: whether a stop is recorded on the task or an ancestor, the turn's tool
+    calls, the transcript. None if the task is gone.
     """
-    task = q.refresh_task(session, held.task) if held else q.read_task(session, run.task_id)
+    if held is None:
+        task = q.read_task(session, run.task_id)
     if task is None:
         return None
     known = held.transcript if held else ()

@@ -58,7 +58,7 @@ _LOAD_RUN = Prepared(select(
     _EXECUTIONS.c.lease_id,
 ).where(_EXECUTIONS.c.task_id == bindparam("b_task_id")))
 
-_ADVANCE = Prepared(
+ADVANCE = (
     update(_EXECUTIONS)
     .where(
         _EXECUTIONS.c.task_id == bindparam("b_task_id"),
@@ -74,6 +74,7 @@ _ADVANCE = Prepared(
         updated_at=bindparam("b_now", type_=UtcDateTime),
     )
 )
+_ADVANCE = Prepared(ADVANCE)
 
 
 def load_run(session: Session, task_id: str) -> Run | None:
@@ -89,32 +90,37 @@ def load_run(session: Session, task_id: str) -> Run | None:
     return Run(row[0], phase, row[2], row[3], state, row[5], row[6])
 
 
-def commit_transition(
-    session: Session,
-    run: Run,
-    lease_id: str,
-    *,
-    phase: Phase,
-    turn: int,
-    mailbox_position: int,
-    state: RunState,
-    now: datetime,
-) -> int:
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """What a transition writes on the execution."""
+
+    phase: Phase
+    turn: int
+    mailbox_position: int
+    state: RunState
+    now: datetime
+
+
+def commit_transition(session: Session, run: Run, lease_id: str, advance: Advance) -> int:
     """Advance the execution if nobody else has; returns the new version."""
-    params = {
+    if _ADVANCE.execute(session, transition_parameters(run, lease_id, advance)) != 1:
+        raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
+    return run.version + 1
+
+
+def transition_parameters(run: Run, lease_id: str, advance: Advance) -> dict[str, object]:
+    """The parameters of ``ADVANCE`` (and of statements built on it) for one transition."""
+    return {
         "b_task_id": run.task_id,
         "b_version": run.version,
         "b_lease_id": lease_id,
-        "b_phase": phase,
-        "b_turn": turn,
-        "b_mailbox_position": mailbox_position,
-        "b_state": state.to_json(),
+        "b_phase": advance.phase,
+        "b_turn": advance.turn,
+        "b_mailbox_position": advance.mailbox_position,
+        "b_state": advance.state.to_json(),
         "b_new_version": run.version + 1,
-        "b_now": now,
+        "b_now": advance.now,
     }
-    if _ADVANCE.execute(session, params) != 1:
-        raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
-    return run.version + 1
 
 
 # -- creation and leases ---------------------------------------------------------------------

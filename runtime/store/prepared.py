@@ -169,12 +169,13 @@ def _compile(statement: Statement, dialect: Dialect) -> _Form:
         for name, bind in compiled.binds.items()
     }
     literals = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
-    columns: tuple[Processor, ...] = ()
-    if isinstance(statement, Select):
-        columns = tuple(
-            column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in statement.selected_columns
-        )
+    # What a SELECT selects, or what an INSERT/UPDATE/DELETE returns.
+    selected = statement.selected_columns if isinstance(statement, Select) else (
+        statement.exported_columns
+    )
+    columns = tuple(
+        column.type.dialect_impl(dialect).result_processor(dialect, None) for column in selected
+    )
     return _Form(compiled.string, names, positional, literals, binds, columns)
 
 

@@ -139,16 +139,8 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
     assert run is not None
 
     def advance(session: Transaction) -> int:
-        return executions.commit_transition(
-            session,
-            run,
-            lease.lease_id,
-            phase="check_scheduler",
-            turn=2,
-            mailbox_position=1,
-            state=STATE,
-            now=NOW,
-        )
+        advance = executions.Advance("check_scheduler", 2, 1, STATE, NOW)
+        return executions.commit_transition(session, run, lease.lease_id, advance)
 
     assert database.run_sync(advance) == run.version + 1
     with pytest.raises(StaleWrite):
@@ -215,3 +207,39 @@ def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
     assert "%(v_item_key)s" not in batched and batched.endswith(insert.sql.split(")")[-1])
     update = _compile(tool_calls._marking(3)._make("postgresql"), dialect)
     assert update.multi_row(3) is None
+
+
+async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
+    database: Database,
+) -> None:
+    """The lease holder's commit answers with what others changed on the task (a stop here),
+    in the transition's own statement on PostgreSQL, and a stale version still changes
+    nothing."""
+    scheduler = Scheduler(database)
+    task = (await scheduler.schedule(make_spec())).task
+    lease = (await scheduler.claim_next("w")).lease  # type: ignore[union-attr]
+    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
+    assert run is not None
+    await scheduler.request_cancel(task.task_id, "stop", "someone")
+    advance = executions.Advance("check_scheduler", 1, 0, STATE, NOW)
+    seen: list[str] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement.split()[0])
+
+    event.listen(database.engine, "before_cursor_execute", grab)
+    try:
+        fresh = database.run_sync(
+            lambda s: q.advance_and_refresh(s, run, lease.lease_id, task, advance)
+        )
+    finally:
+        event.remove(database.engine, "before_cursor_execute", grab)
+    assert fresh is not None and fresh.cancel_requested_at is not None
+    assert fresh == database.read_sync(lambda s: q.read_task(s, task.task_id))
+    expected = ["UPDATE"] if database.is_postgres else ["UPDATE", "SELECT"]
+    assert [s for s in seen if s in ("UPDATE", "SELECT")] == expected
+    with pytest.raises(StaleWrite):
+        database.run_sync(lambda s: q.advance_and_refresh(s, run, lease.lease_id, task, advance))
+    after = database.read_sync(lambda s: executions.load_run(s, task.task_id))
+    assert after is not None
+    assert (after.phase, after.version) == ("check_scheduler", run.version + 1)

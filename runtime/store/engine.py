@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -150,7 +151,10 @@ class Database:
         # connection the committer keeps: a pool checkout and reset per batch cost more
         # than a small batch's statements.
         self._group = None if self.is_postgres else GroupCommitter(self._batch_transaction)
-        self._batch_connection: Connection | None = None
+        self._batch = _Kept()
+        # PostgreSQL: each hand-off thread keeps a connection of its own, for the same reason.
+        self._local = threading.local()
+        self._kept: list[_Kept] = []
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10, echo: bool = False) -> Database:
@@ -169,22 +173,44 @@ class Database:
 
     @contextmanager
     def _batch_transaction(self) -> Iterator[Session]:
-        """The group committer's transaction (its thread is the only user of the connection).
-        A connection that failed is closed, and the next batch opens another."""
-        with self._write_lock:
-            connection = self._batch_connection
-            if connection is None or connection.closed or connection.invalidated:
-                connection = self._batch_connection = self.engine.connect()
-            try:
-                with connection.begin(), Session(bind=connection) as session:
-                    yield session
-                    session.flush()
-            except (OperationalError, DBAPIError) as e:
-                self._batch_connection = None
-                connection.close()
-                if _is_transient(e):
-                    raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
-                raise
+        """The group committer's transaction (its thread is the only user of the connection)."""
+        with self._write_lock, self._kept_transaction(self._batch) as session:
+            yield session
+
+    @contextmanager
+    def _kept_transaction(self, kept: _Kept) -> Iterator[Session]:
+        """A transaction on a connection one thread keeps (a checkout and reset per
+        transaction cost more than a small transaction's statements). A connection that
+        broke is closed, and the next transaction opens another; one older than the pool's
+        recycle age is replaced, as the pool would."""
+        connection = kept.connection
+        if connection is not None and (
+            connection.closed or connection.invalidated
+            or time.monotonic() - kept.opened > POOL_RECYCLE_S
+        ):
+            kept.close()
+            connection = None
+        if connection is None:
+            connection = kept.connection = self.engine.connect()
+            kept.opened = time.monotonic()
+        try:
+            with connection.begin(), Session(bind=connection) as session:
+                yield session
+                session.flush()
+        except (OperationalError, DBAPIError) as e:
+            if not _is_transient(e):
+                raise  # rolled back; the connection is still good
+            kept.close()
+            raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
+
+    def _on_kept_connection(self, work: Callable[[Session], T]) -> T:
+        """``work`` in a transaction on this hand-off thread's own connection."""
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = self._local.kept = _Kept()
+            self._kept.append(kept)
+        with self._kept_transaction(kept) as session:
+            return work(session)
 
     def run_sync(self, work: Callable[[Session], T]) -> T:
         with self.transaction() as session:
@@ -204,9 +230,12 @@ class Database:
         if self._group is not None:
             result: T = await self._group.run(work)
             return result
-        return await self._threads.call(functools.partial(self.run_sync, work))
+        return await self._threads.call(functools.partial(self._on_kept_connection, work))
 
     async def read(self, work: Callable[[Session], T]) -> T:
+        """A read-only transaction (on PostgreSQL, one like any other)."""
+        if self.is_postgres:
+            return await self.run(work)
         return await self._threads.call(functools.partial(self.read_sync, work))
 
     def schema_revision_sync(self) -> str | None:
@@ -231,10 +260,24 @@ class Database:
     def close(self) -> None:
         if self._group is not None:
             self._group.close()
-        if self._batch_connection is not None:
-            self._batch_connection.close()
+        for kept in [self._batch, *self._kept]:
+            kept.close()
         self._threads.close()
         self.engine.dispose()
+
+
+class _Kept:
+    """A connection one thread keeps between transactions."""
+
+    def __init__(self) -> None:
+        self.connection: Connection | None = None
+        self.opened = 0.0
+
+    def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close
+                connection.close()
 
 
 def _is_transient(error: DBAPIError) -> bool:

@@ -71,11 +71,13 @@ class Threads:
                 result, error = work(), None
             except BaseException as e:  # handed to the caller, whatever it is
                 result, error = None, e
+            # Idle before the caller hears back, so a caller that calls again at once finds
+            # this thread instead of starting another.
+            self._idle.release()
             # A closed loop (RuntimeError) has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, future, result, error)
             del job, future, work, result, error
-            self._idle.release()
 
 
 def settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -25,7 +25,7 @@ from runtime.models.base import (
     ToolSpec,
     Usage,
 )
-from runtime.models.size import request_chars, tools_chars
+from runtime.models.size import tools_chars
 from runtime.store import transcripts, usage
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
@@ -64,11 +64,12 @@ def fit_request(
     )
 
 
-def calibrated(run: Run, request: ModelRequest, reported: Usage | None) -> RunState:
-    """The run state with the chars-per-token ratio the provider's count implies."""
+def calibrated(run: Run, request_chars: int, reported: Usage | None) -> RunState:
+    """The run state with the chars-per-token ratio the provider's count implies for a
+    request of ``request_chars`` characters."""
     state = replace(run.state, model_retries=0, compact_pending=False)
     if reported is not None and reported.prompt_tokens > 0:
-        ratio = request_chars(request) / reported.prompt_tokens
+        ratio = request_chars / reported.prompt_tokens
         state = replace(state, chars_per_token=round(min(8.0, max(1.0, ratio)), 4))
     return state
 

@@ -64,6 +64,7 @@ class Compaction:
 class Fitted:
     items: tuple[ConversationItem, ...]
     tokens: int
+    chars: int  # of the whole request: ``runtime.models.size.request_chars`` of it
     elided: int = 0
     cut: int = 0
     compaction: Compaction | None = None
@@ -110,8 +111,8 @@ def _fitted(
     compaction: Compaction | None = None,
 ) -> Fitted:
     items = tuple(s.item for s in slots)
-    tokens = tokens_of(fixed_chars + _total(slots), ratio)
-    return Fitted(items, tokens, elided, cut, compaction)
+    chars = fixed_chars + _total(slots)
+    return Fitted(items, tokens_of(chars, ratio), chars, elided, cut, compaction)
 
 
 def latest_summary(entries: Sequence[TranscriptEntry]) -> TranscriptEntry | None:

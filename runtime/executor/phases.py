@@ -188,7 +188,7 @@ async def call_model(
             names = ", ".join(c.name for c in calls)
             ctx.reporter.on_phase(session, task, "dispatch_tools", f"running {names}")
 
-    state = compaction.calibrated(run, request, response.usage)
+    state = compaction.calibrated(run, fitted.chars, response.usage)
     if calls:
         return goto(run, "dispatch_tools", state=state, writes=(write,))
     return goto(run, "report_terminal", state=state, writes=(write,))

@@ -25,6 +25,8 @@ from runtime.models.base import (
 IMAGE_CHARS = 3_000
 # Role markers and message framing the wire adds to every item.
 ITEM_OVERHEAD_CHARS = 16
+# One encoder for every size: ``json.dumps`` with options builds a new one per call.
+_JSON = json.JSONEncoder(ensure_ascii=False)
 
 
 def item_chars(item: ConversationItem) -> int:
@@ -34,7 +36,7 @@ def item_chars(item: ConversationItem) -> int:
         case AssistantText(text=text) | Reasoning(text=text):
             return len(text) + ITEM_OVERHEAD_CHARS
         case ToolCallItem(call_id=call_id, name=name, arguments=arguments):
-            arguments_chars = len(json.dumps(arguments, ensure_ascii=False))
+            arguments_chars = len(_JSON.encode(arguments)) if arguments else 2
             return len(call_id) + len(name) + arguments_chars + ITEM_OVERHEAD_CHARS
         case ToolResultItem(call_id=call_id, output=output):
             return len(call_id) + len(output) + ITEM_OVERHEAD_CHARS

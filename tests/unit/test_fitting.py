@@ -10,8 +10,8 @@ from typing import Any
 from runtime.config import ModelPrice
 from runtime.executor.accounting import Accounting
 from runtime.executor.fitting import Window, fit
-from runtime.models.base import ToolResultItem, Usage, UserText
-from runtime.models.size import item_chars
+from runtime.models.base import ModelRequest, ToolResultItem, ToolSpec, Usage, UserText
+from runtime.models.size import item_chars, request_chars, tools_chars
 from runtime.store.transcripts import TranscriptEntry
 
 NOW = datetime(2026, 12, 6, tzinfo=UTC)
@@ -102,6 +102,25 @@ def test_the_largest_texts_are_cut_when_nothing_older_is_left_to_summarise() -> 
     assert fitted.compaction is None and fitted.cut >= 1
     assert math.ceil(chars(fitted.items) / 4) <= WINDOW.budget_tokens
     assert fitted.items[0] == UserText("b" * 3_000)  # the brief is cut last
+
+
+def test_the_fitted_size_is_the_size_of_the_request_it_makes() -> None:
+    """The character count the provider's usage calibrates against is the request's own,
+    whole, with stubs, or cut."""
+    tools = (ToolSpec("read_file", "reads a file", {"type": "object", "properties": {}}),)
+    fixed = len("sys") + tools_chars(tools)
+    cases = [
+        make_transcript(2, 500),  # whole
+        make_transcript(4, 1_500),  # old results stubbed
+        make_transcript(1, 30_000, brief="b" * 3_000),  # cut
+    ]
+    seen = set()
+    for entries in cases:
+        fitted = fit(entries, fixed_chars=fixed, window=WINDOW)
+        request = ModelRequest("t", 0, "sys", fitted.items, tools, max_tokens=200)
+        assert fitted.chars == request_chars(request)
+        seen.add((fitted.elided > 0, fitted.cut > 0))
+    assert seen == {(False, False), (True, False), (False, True)}
 
 
 def test_fitting_is_the_same_every_time_when_the_transcript_is() -> None:

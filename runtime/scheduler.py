@@ -141,17 +141,13 @@ class Scheduler:
         task_id = q.consume_delivery(session, token, worker, now)
         if task_id is None:
             return NoMatch("no matching pending delivery")
-        execution = executions.lock_execution(session, task_id)
-        task = q.lock_task(session, task_id)
-        if execution is None or task is None:
+        lease = executions.take_lease(session, task_id, worker, now, self.lease_seconds)
+        if lease is None:
+            return NoMatch(_not_leased(session, task_id))
+        task = q.start_running(session, task_id, now)
+        if task is None:
             return NoMatch("task missing")
-        if execution.phase == "done":
-            return NoMatch("execution already done")
-        if executions.lease_is_live(execution, now):
-            return NoMatch("another worker holds the lease")
-        lease = executions.grant_lease(execution, worker, now, self.lease_seconds)
-        q.set_status(session, task, TaskStatus.running, now)
-        return Claimed(q.to_task(task), lease)
+        return Claimed(task, lease)
 
     async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
         """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``).
@@ -193,10 +189,8 @@ class Scheduler:
 
     def release_in(self, session: Transaction, lease: Lease, next_tick_at: datetime | None) -> bool:
         now = self.clock.now()
-        execution = executions.lock_execution(session, lease.task_id)
-        if execution is None or execution.lease_id != lease.lease_id:
+        if not executions.give_back_lease(session, lease.task_id, lease.lease_id):
             return False
-        executions.clear_lease(execution)
         if next_tick_at is not None:
             q.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
             self._notify_in(session)
@@ -377,3 +371,11 @@ class Scheduler:
             session.connection().exec_driver_sql("NOTIFY keel_ready")
 
 
+def _not_leased(session: Transaction, task_id: str) -> str:
+    """Why a claim found no lease to take (read after the fact: this is the rare path)."""
+    execution = executions.lock_execution(session, task_id)
+    if execution is None:
+        return "task missing"
+    if execution.phase == "done":
+        return "execution already done"
+    return "another worker holds the lease"

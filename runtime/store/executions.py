@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from runtime.errors import StaleWrite
@@ -142,6 +142,58 @@ def add_execution(session: Session, task_id: str, now: datetime) -> None:
     )
 
 
+_NOW = bindparam("b_now", type_=UtcDateTime)
+_TAKE_LEASE = Prepared(
+    update(_EXECUTIONS)
+    .where(
+        _EXECUTIONS.c.task_id == bindparam("b_task_id"),
+        _EXECUTIONS.c.phase != "done",
+        or_(
+            _EXECUTIONS.c.lease_id.is_(None),
+            _EXECUTIONS.c.lease_expires_at.is_(None),
+            _EXECUTIONS.c.lease_expires_at <= _NOW,
+        ),
+    )
+    .values(
+        lease_id=bindparam("b_lease_id"),
+        lease_owner=bindparam("b_owner"),
+        lease_expires_at=bindparam("b_expires", type_=UtcDateTime),
+        version=_EXECUTIONS.c.version + 1,
+        updated_at=_NOW,
+    )
+)
+_GIVE_BACK = Prepared(
+    update(_EXECUTIONS)
+    .where(
+        _EXECUTIONS.c.task_id == bindparam("b_task_id"),
+        _EXECUTIONS.c.lease_id == bindparam("b_lease_id"),
+    )
+    .values(lease_id=None, lease_owner=None, lease_expires_at=None)
+)
+
+
+def take_lease(
+    session: Session, task_id: str, owner: str, now: datetime, lease_seconds: float
+) -> Lease | None:
+    """A new lease on the execution, unless it is done or a live lease holds it; the version
+    moves, so whoever held an expired lease cannot commit. One statement, which locks the
+    row as ``lock_execution`` would."""
+    lease_id = new_token()
+    expires = now + timedelta(seconds=lease_seconds)
+    params = {
+        "b_task_id": task_id, "b_now": now, "b_lease_id": lease_id, "b_owner": owner,
+        "b_expires": expires,
+    }
+    if _TAKE_LEASE.execute(session, params) != 1:
+        return None
+    return Lease(TaskId(task_id), lease_id, owner, expires)
+
+
+def give_back_lease(session: Session, task_id: str, lease_id: str) -> bool:
+    """Clear the lease if ``lease_id`` still holds it; False if it was lost meanwhile."""
+    return _GIVE_BACK.execute(session, {"b_task_id": task_id, "b_lease_id": lease_id}) == 1
+
+
 def lock_execution(session: Session, task_id: str) -> ExecutionRow | None:
     return session.scalars(
         select(ExecutionRow).where(ExecutionRow.task_id == task_id).with_for_update()
@@ -151,17 +203,6 @@ def lock_execution(session: Session, task_id: str) -> ExecutionRow | None:
 def lease_is_live(execution: ExecutionRow, now: datetime) -> bool:
     expires = execution.lease_expires_at
     return execution.lease_id is not None and expires is not None and expires > now
-
-
-def grant_lease(
-    execution: ExecutionRow, owner: str, now: datetime, lease_seconds: float
-) -> Lease:
-    execution.lease_id = new_token()
-    execution.lease_owner = owner
-    execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
-    execution.version += 1
-    execution.updated_at = now
-    return Lease(TaskId(execution.task_id), execution.lease_id, owner, execution.lease_expires_at)
 
 
 def renew_lease(execution: ExecutionRow, now: datetime, lease_seconds: float) -> datetime:

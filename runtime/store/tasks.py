@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Integer, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from runtime.errors import StaleWrite
@@ -23,6 +23,7 @@ from runtime.store.models import (
     MailboxMessageRow,
     TaskRow,
     TaskStatusChangeRow,
+    UtcDateTime,
 )
 from runtime.store.prepared import Prepared
 from runtime.store.records import (
@@ -299,6 +300,29 @@ def insert_task(
     return task
 
 
+_START_RUNNING = Prepared(
+    update(_TASKS)
+    .where(
+        _TASKS.c.id == bindparam("b_task_id"),
+        # One comparison per status: an IN list would be expanded per execution.
+        *(_TASKS.c.status != name for name in [*_TERMINAL_NAMES, TaskStatus.running.value]),
+    )
+    .values(status=TaskStatus.running.value, status_changed_at=bindparam("b_now"))
+    .returning(*_TASK_SELECT.selected_columns)
+)
+
+
+def start_running(session: Session, task_id: str, now: datetime) -> Task | None:
+    """The task as a worker that claimed it sees it: ``running`` (the change recorded as
+    ``set_status`` records it) unless it is running or finished already. Locks the row."""
+    row = _START_RUNNING.first(session, {"b_task_id": task_id, "b_now": now})
+    if row is None:
+        return read_task(session, task_id, lock=True)
+    params = {"b_task_id": task_id, "b_status": TaskStatus.running.value, "b_now": now}
+    _INSERT_STATUS_CHANGE.execute(session, params)
+    return _task_of(row)
+
+
 def set_status(session: Session, row: TaskRow, status: TaskStatus, now: datetime) -> None:
     """The only place a status is written. Terminal states never change."""
     if TaskStatus(row.status).is_terminal or row.status == status.value:
@@ -336,40 +360,47 @@ def add_delivery(
     session: Session, task_id: str, reason: str, available_at: datetime, now: datetime
 ) -> str:
     token = new_token()
-    session.add(
-        DeliveryRow(
-            task_id=task_id, token=token, reason=reason, available_at=available_at,
-            created_at=now,
-        )
-    )
+    params = {
+        "b_task_id": task_id, "b_token": token, "b_reason": reason,
+        "b_available_at": available_at, "b_now": now,
+    }
+    _INSERT_DELIVERY.execute(session, params)
     return token
+
+
+_DELIVERIES = cast(Table, DeliveryRow.__table__)
+_CONSUME = Prepared(
+    update(_DELIVERIES)
+    .where(
+        _DELIVERIES.c.token == bindparam("b_token"),
+        _DELIVERIES.c.consumed_at.is_(None),
+        _DELIVERIES.c.available_at <= bindparam("b_now", type_=UtcDateTime),
+    )
+    .values(consumed_at=bindparam("b_now", type_=UtcDateTime), consumed_by=bindparam("b_worker"))
+    .returning(_DELIVERIES.c.task_id)
+)
+_READY = (
+    select(_DELIVERIES.c.token)
+    .where(
+        _DELIVERIES.c.consumed_at.is_(None),
+        _DELIVERIES.c.available_at <= bindparam("b_now", type_=UtcDateTime),
+    )
+    .order_by(_DELIVERIES.c.available_at, _DELIVERIES.c.id)
+    .limit(bindparam("b_limit", type_=Integer))
+)
+_NEXT_READY = Prepared(_READY)
+_NEXT_READY_SKIPPING_LOCKED = Prepared(_READY.with_for_update(skip_locked=True))
 
 
 def consume_delivery(session: Session, token: str, worker: str, now: datetime) -> str | None:
     """Atomically consume an available, unconsumed delivery; the task id if this call won."""
-    statement = (
-        update(DeliveryRow)
-        .where(
-            DeliveryRow.token == token,
-            DeliveryRow.consumed_at.is_(None),
-            DeliveryRow.available_at <= now,
-        )
-        .values(consumed_at=now, consumed_by=worker)
-        .returning(DeliveryRow.task_id)
-    )
-    return session.execute(statement).scalar_one_or_none()
+    row = _CONSUME.first(session, {"b_token": token, "b_now": now, "b_worker": worker})
+    return None if row is None else str(row[0])
 
 
 def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: bool) -> list[str]:
-    query = (
-        select(DeliveryRow.token)
-        .where(DeliveryRow.consumed_at.is_(None), DeliveryRow.available_at <= now)
-        .order_by(DeliveryRow.available_at, DeliveryRow.delivery_id)
-        .limit(limit)
-    )
-    if skip_locked:
-        query = query.with_for_update(skip_locked=True)
-    return list(session.scalars(query))
+    ready = _NEXT_READY_SKIPPING_LOCKED if skip_locked else _NEXT_READY
+    return [row[0] for row in ready.rows(session, {"b_now": now, "b_limit": limit})]
 
 
 def overdue_tasks(session: Session, now: datetime, limit: int) -> Sequence[TaskRow]:

@@ -20,6 +20,7 @@ from runtime.scheduler import (
     NotFound,
     Scheduler,
 )
+from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import DeliveryRow, MailboxMessageRow
 from runtime.store.records import TaskResult, TaskStatus
@@ -70,6 +71,30 @@ async def test_claim_rejects_token_when_already_consumed(database: Database) -> 
     assert first.task.status is TaskStatus.running
     assert isinstance(second, NoMatch)
     assert isinstance(unknown, NoMatch)
+
+
+async def test_a_live_lease_refuses_another_claim_and_an_expired_one_is_taken_over(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    scheduler = Scheduler(database, clock=clock, lease_seconds=10)
+    task = (await scheduler.schedule(make_spec())).task
+    first = await scheduler.claim(_pending_tokens(database, task.task_id)[0], "w1")
+    assert isinstance(first, Claimed)
+    def delivery() -> str:
+        now = clock.now()
+        return database.run_sync(lambda s: q.add_delivery(s, task.task_id, "wake", now, now))
+
+    refused = await scheduler.claim(delivery(), "w2")
+    assert refused == NoMatch("another worker holds the lease")
+    clock.advance(11)
+    second = await scheduler.claim(delivery(), "w2")
+    assert isinstance(second, Claimed) and second.lease.lease_id != first.lease.lease_id
+    assert second.task.status is TaskStatus.running
+    # The first holder lost its lease: giving it back changes nothing.
+    assert not await scheduler.release(first.lease, next_tick_at=None)
+    history = await scheduler.history(task.task_id)
+    assert [c.status for c in history] == [TaskStatus.queued, TaskStatus.running]
 
 
 async def test_claim_waits_when_delivery_is_in_the_future(database: Database) -> None:

@@ -336,6 +336,8 @@ class Keel:
             from adapters.slack.workspaces import close_shared_sessions
 
             await close_shared_sessions()
+        if self.github is not None:
+            await self.github.close()
         self.db.close()
 
 

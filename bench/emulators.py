@@ -3,9 +3,10 @@
 ``python -m bench.emulators --messages N --issues N`` serves both on loopback, prints one JSON
 line with their URLs, and exits when its stdin closes (the benchmark ended, or died). Seeded:
 N Slack messages in ``CHANNEL`` with ts ``message_ts(i)``, and issues 1..N in ``REPO`` whose
-commenter (the corpus payload's author) may write. ``GET {slack}/bench/reactions`` lists each
-``reactions.add`` the Slack emulator received, stamped on arrival with the machine-wide
-monotonic clock, so another process can measure the time to the 👀.
+commenter (the corpus payload's author) may write, each with the comment ``comment_id(n)``.
+``GET {slack}/bench/reactions`` lists each ``reactions.add`` the Slack emulator received,
+stamped on arrival with the machine-wide monotonic clock, so another process can measure the
+time to the 👀.
 
 A process of its own keeps the emulators' work off the load generator's interpreter lock.
 """
@@ -97,6 +98,11 @@ def _timestamp_arg(scope: Scope, body: bytes) -> str:
     return str(dict(parse_qsl(text) + parse_qsl(query)).get("timestamp", ""))
 
 
+def comment_id(number: int) -> int:
+    """The id of the seeded comment on issue ``number``, which the webhook payloads name."""
+    return 900_000_000 + number
+
+
 def seeded_slack(messages: int) -> SlackState:
     slack = SlackState()
     slack.add_user(*PERSON, real_name="Pat")
@@ -112,7 +118,10 @@ def seeded_github(issues: int) -> GitHubState:
     github.add_repo(REPO)
     github.set_permission(REPO, COMMENTER, "write")
     for i in range(issues):
-        github.add_issue(REPO, f"issue {i + 1}", user=COMMENTER)
+        number = github.add_issue(REPO, f"issue {i + 1}", user=COMMENTER)
+        # The comment each delivery is about, so its 👀 lands on it as in production.
+        github.add_comment(REPO, number, "@keel please look at the flaky test", user=COMMENTER,
+                           comment_id=comment_id(number))
     return github
 
 

@@ -107,6 +107,9 @@ class RunResult:
     bare_max: Run
     keel_half: Run
     bare_half: Run
+    keel_cpu_ms: float  # per delivery answered at the maximum rate, its 👀 included
+    keel_burst_cpu_ms: float  # the same, while the burst lasted
+    bare_cpu_ms: float
 
 
 def acks_unsent(db: Path) -> int:
@@ -131,15 +134,24 @@ async def settle(db: Path, timeout_s: float = 30.0) -> None:
 async def one_run(servers: Servers, first: int) -> tuple[RunResult, list[Key]]:
     peak = batch(first, PER_RUN)
     await settle(servers.keel_db)
-    max_runs = {}
-    for name, port in (("keel", servers.keel_port), ("bare", servers.bare_port)):
+    max_runs, cpu_s = {}, {}
+    keel_cpu = servers.keel.cpu_s()
+    for name, proc, port in (("keel", servers.keel, servers.keel_port),
+                             ("bare", servers.bare, servers.bare_port)):
+        cpu_s[name] = proc.cpu_s()
         max_runs[name] = await closed_loop(port, peak.requests, CONNECTIONS, DEADLINE_S)
+        cpu_s[name] = proc.cpu_s() - cpu_s[name]
     rate = max_runs["keel"].rate / 2
     half = batch(first + PER_RUN, AT_HALF_RATE)
     await settle(servers.keel_db)
+    # Keel's from its burst until every 👀 of it is sent: the acknowledgements are its cost.
+    cpu_s["keel_all"] = servers.keel.cpu_s() - keel_cpu
+    cpu_ms = {name: 1000 * spent / max(1, len(max_runs[name[:4]].ok))
+              for name, spent in cpu_s.items()}
     keel_half = await open_loop(servers.keel_port, half.requests, rate, CONNECTIONS, DEADLINE_S)
     bare_half = await open_loop(servers.bare_port, half.requests, rate, CONNECTIONS, DEADLINE_S)
-    result = RunResult(max_runs["keel"], max_runs["bare"], keel_half, bare_half)
+    result = RunResult(max_runs["keel"], max_runs["bare"], keel_half, bare_half,
+                       cpu_ms["keel_all"], cpu_ms["keel"], cpu_ms["bare"])
     accepted = [peak.keys[s.index] for s in max_runs["keel"].ok]
     accepted += [half.keys[s.index] for s in keel_half.ok]
     return result, accepted
@@ -174,7 +186,9 @@ def describe(results: list[RunResult]) -> None:
             f"p99 {ms(r.keel_max, 0.99):.1f} ms), bare {r.bare_max.rate:.0f}/s "
             f"(p50 {ms(r.bare_max, 0.5):.1f} ms, p99 {ms(r.bare_max, 0.99):.1f} ms); "
             f"at {r.keel_max.rate / 2:.0f}/s keel p99 {ms(r.keel_half, 0.99):.1f} ms, "
-            f"bare p99 {ms(r.bare_half, 0.99):.1f} ms; refused keel "
+            f"bare p99 {ms(r.bare_half, 0.99):.1f} ms; CPU per delivery keel "
+            f"{r.keel_cpu_ms:.2f} ms ({r.keel_burst_cpu_ms:.2f} in the burst), "
+            f"bare {r.bare_cpu_ms:.2f} ms; refused keel "
             f"{len(r.keel_max.samples) - len(r.keel_max.ok)}+"
             f"{len(r.keel_half.samples) - len(r.keel_half.ok)}"
         )

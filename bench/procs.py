@@ -53,6 +53,12 @@ class Proc:
                 return int(line.split()[1]) / 1024
         raise RuntimeError(f"no VmRSS for pid {self.pid}")
 
+    def cpu_s(self) -> float:
+        """User plus system CPU time of all its threads so far, from /proc (Linux)."""
+        # The command may hold spaces and parentheses: the fields follow its last ')'.
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def alive(self) -> bool:
         return self.process.poll() is None
 

@@ -13,7 +13,15 @@ from typing import Any
 import yaml
 
 from adapters.emulators.webhooks import SignedRequest, load_github_example, sign_github, sign_slack
-from bench.emulators import BOT_TOKEN, CHANNEL, GITHUB_TOKEN, PERSON, Emulators, message_ts
+from bench.emulators import (
+    BOT_TOKEN,
+    CHANNEL,
+    GITHUB_TOKEN,
+    PERSON,
+    Emulators,
+    comment_id,
+    message_ts,
+)
 from bench.procs import Proc, free_port, keel_command, start, wait_http
 
 SIGNING_SECRET = "bench-signing-secret"
@@ -118,7 +126,7 @@ def github_comment(number: int) -> SignedRequest:
         "issue_comment/created",
         **{
             "comment.body": "@keel please look at the flaky test",
-            "comment.id": 900_000_000 + number,
+            "comment.id": comment_id(number),
             "issue.number": number,
         },
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from routing.signal import Signal
@@ -39,13 +39,26 @@ class CachedPermissions:
         self._answers: dict[tuple[str, str], tuple[float, str | None]] = {}
 
     async def permission(self, repo: str, login: str) -> str | None:
-        key = (repo, login)
-        cached = self._answers.get(key)
-        if cached is not None and self._now() - cached[0] <= self.ttl_s:
-            return cached[1]
+        known = self.recent(repo, login)
+        if known is not None:
+            return known.permission
         answer = await self.source.permission(repo, login)
-        self._answers[key] = (self._now(), answer)
+        self._answers[(repo, login)] = (self._now(), answer)
         return answer
+
+    def recent(self, repo: str, login: str) -> Known | None:
+        """The answer a lookup gave within ``ttl_s``, without asking; None if there is none."""
+        cached = self._answers.get((repo, login))
+        if cached is not None and self._now() - cached[0] <= self.ttl_s:
+            return Known(cached[1])
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A remembered answer: ``permission`` None means the person has none."""
+
+    permission: str | None
 
 
 def needs_permission(signal: Signal) -> bool:

@@ -308,10 +308,14 @@ class GitHubState(EmulatorState):
         repo.issues[issue.number] = issue
         return issue.number
 
-    def add_comment(self, full_name: str, number: int, body: str, *, user: str) -> int:
-        """A comment as if a person had written it (not counted in ``comments_created``)."""
+    def add_comment(
+        self, full_name: str, number: int, body: str, *, user: str, comment_id: int | None = None
+    ) -> int:
+        """A comment as if a person had written it (not counted in ``comments_created``);
+        ``comment_id`` gives it the id a webhook payload made elsewhere names."""
         repo, now = self.repos[full_name], time.time()
-        comment = IssueComment(self.next_id(), number, body, self.add_user(user), now, now)
+        found_id = comment_id if comment_id is not None else self.next_id()
+        comment = IssueComment(found_id, number, body, self.add_user(user), now, now)
         repo.comments[comment.comment_id] = comment
         repo.issues[number].comment_ids.append(comment.comment_id)
         return comment.comment_id

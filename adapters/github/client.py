@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from runtime.threads import GitHubIssue
 if TYPE_CHECKING:
     # PyGithub (with requests, urllib3, PyJWT and PyNaCl) and httpx are imported by the first
     # call that needs them: a process that never calls GitHub never loads them (idle RSS, #19).
+    import aiohttp
     from github import Auth, Github
 
 T = TypeVar("T")
@@ -108,6 +110,7 @@ class GitHubClient:
         self._by_installation: dict[int, tuple[str, Github]] = {}
         self._token: str | None = None
         self._clone_urls: dict[str, str] = {}
+        self._session: tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession] | None = None
         # Permission lookups wait in threads of their own: a slow GitHub must not hold the
         # threads every other call (and the loop's other work) needs.
         self._lookups = ThreadPoolExecutor(_LOOKUP_THREADS, thread_name_prefix="github-lookup")
@@ -131,7 +134,12 @@ class GitHubClient:
     def with_token(
         cls, api_url: str, token: str, *, timeout_s: int = _DEFAULT_TIMEOUT_S
     ) -> GitHubClient:
-        client = cls(lambda: _github(api_url, _token_auth(token), timeout_s), refreshable=False)
+        client = cls(
+            lambda: _github(api_url, _token_auth(token), timeout_s),
+            refreshable=False,
+            api_url=api_url,
+            timeout_s=timeout_s,
+        )
         client._token = token
         return client
 
@@ -265,25 +273,81 @@ class GitHubClient:
         # One POST: fetching the repository, issue and comment objects first (what
         # ``create_reaction`` needs) would add three GETs to every acknowledgement.
         target = f"comments/{ref.comment_id}" if ref.comment_id is not None else str(ref.number)
-
-        def post(path: str) -> Callable[[Github], None]:
-            def react(gh: Github) -> None:
-                from github import Consts
-
-                gh.requester.requestJsonAndCheck(
-                    "POST", path, input={"content": content},
-                    headers={"Accept": Consts.mediaTypeReactionsPreview},
-                )
-
-            return react
-
         try:
-            await self.call(post(f"/repos/{ref.repo}/issues/{target}/reactions"), repo=ref.repo)
+            await self._react(f"/repos/{ref.repo}/issues/{target}/reactions", content, ref.repo)
         except NotFound:
             if ref.comment_id is None:
                 raise
             review_comment = f"/repos/{ref.repo}/pulls/comments/{ref.comment_id}/reactions"
-            await self.call(post(review_comment), repo=ref.repo)
+            await self._react(review_comment, content, ref.repo)
+
+    async def _react(self, path: str, content: str, repo: str) -> None:
+        """The 👀 of every GitHub delivery Keel takes: one POST on the event loop, not a
+        thread's PyGithub and requests (several times the CPU of the call itself)."""
+        if self.installations is None:
+            if self._token is None:  # a connection of the caller's making: through it
+                await self.call(_reaction_post(path, content), repo=repo)
+                return
+            try:
+                await self._post_json(path, {"content": content}, self._token)
+            except _Unauthorized as refused:
+                raise Permanent(f"GitHub refused the credentials: {refused}") from refused.__cause__
+            return
+        installation = await self.installations.installation_for(repo)
+        for fresh in (False, True):
+            token = (await self.installations.token(installation)).token
+            try:
+                await self._post_json(path, {"content": content}, token)
+                return
+            except _Unauthorized as refused:
+                self.installations.forget(installation, token)
+                if fresh:
+                    raise Permanent(f"GitHub refused a fresh token: {refused}") from None
+
+    async def _post_json(self, path: str, body: dict[str, Any], token: str) -> None:
+        """POST ``body``; GitHub's error answers translated as PyGithub's are (``call``)."""
+        import aiohttp
+        from github import Consts, GithubException
+
+        headers = {
+            "Authorization": f"token {token}",
+            "Accept": Consts.mediaTypeReactionsPreview,
+            "User-Agent": Consts.DEFAULT_USER_AGENT,
+        }
+        try:
+            async with self._http().post(
+                self._api_url.rstrip("/") + path, json=body, headers=headers
+            ) as response:
+                text = await response.text()  # to the end: a truncated answer is no answer
+                answered = dict(response.headers)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            # The request may have landed (a dropped response): a reaction is idempotent.
+            raise Retryable(f"GitHub transport error, outcome unknown: {type(e).__name__}") from e
+        if response.status < 300:
+            return
+        error = GithubException(response.status, _json_or_text(text), answered)
+        if error.status == 401:
+            raise _Unauthorized(f"GitHub 401: {message_of(error)}") from error
+        raise translate_github_error(error) from error
+
+    def _http(self) -> aiohttp.ClientSession:
+        """This loop's HTTP session, kept alive between calls (``close`` ends it)."""
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session[0] is not loop or self._session[1].closed:
+            session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+            self._session = (loop, session)
+        return self._session[1]
+
+    async def close(self) -> None:
+        """Close the HTTP session of the running loop (Keel's stop)."""
+        if self._session is not None and self._session[0] is asyncio.get_running_loop():
+            await self._session[1].close()
+        self._session = None
 
     # -- pull requests and CI ---------------------------------------------------------------
 
@@ -360,6 +424,25 @@ async def _run(
         return await asyncio.to_thread(_translated, operation, github)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(pool, _translated, operation, github)
+
+
+def _reaction_post(path: str, content: str) -> Callable[[Github], None]:
+    def react(gh: Github) -> None:
+        from github import Consts
+
+        gh.requester.requestJsonAndCheck(
+            "POST", path, input={"content": content},
+            headers={"Accept": Consts.mediaTypeReactionsPreview},
+        )
+
+    return react
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _token_auth(token: str) -> Auth.Token:

@@ -1,7 +1,8 @@
 """GitHub deliveries between the webhook and routing: authorised off the request path, never
 dropped silently.
 
-The webhook holds a person's request in the database and answers at once; ``run`` then asks
+The webhook holds a person's request in the database and answers at once (unless a recent
+lookup already let that person ask: then it is routed at once, as any delivery); ``run`` asks
 GitHub for the person's role on the repository (``role_name``, so triage and maintain rank as
 themselves), retrying a failing lookup, and hands the Signal with its permission to the sink.
 What routing refuses is answered on the thread:
@@ -23,7 +24,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from routing.permissions import PermissionSource, with_permission
+from routing.permissions import CachedPermissions, with_permission
+from routing.policy import PERMISSIONS, rank
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
@@ -56,7 +58,7 @@ class GitHubIntake:
         self,
         db: Database,
         sink: SignalSink,
-        permissions: PermissionSource,
+        permissions: CachedPermissions,
         clock: Clock,
         translate: Callable[[str, str, dict[str, Any], datetime], Signal | Ignored],
         *,
@@ -82,6 +84,28 @@ class GitHubIntake:
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._reply_locks: dict[str, asyncio.Lock] = {}
         self.replies = 0
+
+    async def take(
+        self, signal: Signal, event: str, delivery_id: str, payload: dict[str, Any]
+    ) -> None:
+        """A person's request, on the request path: routed at once (in the one transaction
+        every delivery gets) when a recent lookup says they may ask, otherwise held for the
+        lookup. A refusal is always held, so it is answered off the request path."""
+        known = self.permissions.recent(signal.repo, signal.actor.name) if signal.repo else None
+        if known is None or not self._may_ask(known.permission):
+            await self.hold(event, delivery_id, payload)
+            return
+        await self.sink.accept(
+            with_permission(signal, known.permission),
+            provider="github",
+            delivery_id=delivery_id,
+            raw_kind=_raw_kind(event, payload),
+        )
+
+    def _may_ask(self, permission: str | None) -> bool:
+        if permission not in PERMISSIONS or self.min_permission not in PERMISSIONS:
+            return False  # a custom role, or none: the held path decides, as ever
+        return rank(permission) >= rank(self.min_permission)
 
     async def hold(self, event: str, delivery_id: str, payload: dict[str, Any]) -> None:
         """Store the delivery (the request path's only work) and wake the resolver."""

@@ -7,7 +7,8 @@ its reason (an unknown event, a repository outside ``github.repositories``).
 
 No GitHub call happens on the request path: a person's request whose permission must be
 looked up is held in the database (``GitHubIntake``) and answered at once; the lookup and
-the routing happen afterwards. The delivery's ``installation.id`` is remembered for its
+the routing happen afterwards. One whose asker a recent lookup already let through is routed
+at once, like any other delivery. The delivery's ``installation.id`` is remembered for its
 repository, so that repository's calls and git pushes use that installation's token.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -115,7 +116,7 @@ class GitHubWebhook:
         raw_kind = f"{event}.{action}" if isinstance(action, str) else event
         try:
             if self.intake is not None and _held(outcome):
-                await self.intake.hold(event, delivery_id, payload)
+                await self.intake.take(outcome, event, delivery_id, payload)
             else:
                 await self.sink.accept(
                     outcome, provider="github", delivery_id=delivery_id, raw_kind=raw_kind
@@ -153,7 +154,7 @@ class GitHubWebhook:
             self.installations.remember(signal.repo, found)
 
 
-def _held(outcome: Signal | Ignored) -> bool:
+def _held(outcome: Signal | Ignored) -> TypeGuard[Signal]:
     return (
         isinstance(outcome, Signal) and outcome.kind in _PERSON_KINDS and needs_permission(outcome)
     )

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from runtime.evidence import EvidenceItem
 from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import PullLinkRow, TaskRow
+from runtime.store.prepared import Prepared
 
 _COLUMNS = (
     "repo",
@@ -99,9 +101,20 @@ def move_head(session: Session, objective_key: str, branch: str, sha: str, now: 
     )
 
 
+_LINKS = cast(Table, PullLinkRow.__table__)
+# Routing asks this of every delivery on an issue or pull request: compiled once.
+_PULL_LINK = Prepared(
+    select(
+        _LINKS.c.repo, _LINKS.c.number, _LINKS.c.objective_key, _LINKS.c.task_id,
+        _LINKS.c.head_ref, _LINKS.c.head_sha,
+    ).where(_LINKS.c.repo == bindparam("b_repo"), _LINKS.c.number == bindparam("b_number"))
+)
+
+
 def pull_link(session: Session, repo: str, number: int) -> PullLink | None:
-    row = session.get(PullLinkRow, (repo, number))
-    return None if row is None else _to_link(row)
+    session.flush()
+    row = _PULL_LINK.first(session, {"b_repo": repo, "b_number": number})
+    return None if row is None else PullLink(*row)
 
 
 def link_of_head(session: Session, repo: str, sha: str) -> PullLink | None:

@@ -111,26 +111,45 @@ def set_body(
         row.state = "stale"
 
 
+_OUTBOX = cast(Table, OutboxRow.__table__)
+_POST_COLUMNS = [
+    _OUTBOX.c[name]
+    for name in (
+        "id", "task_id", "purpose", "surface", "thread_ref", "idempotency_key", "action",
+        "body", "actions", "state", "attempts", "landed_on", "landed_at", "last_error",
+    )
+]
+# The outbox asks this every round (and after every commit that queued a post).
+_DUE = Prepared(
+    select(*_POST_COLUMNS)
+    .where(
+        or_(
+            _OUTBOX.c.state == "pending",  # no IN: an expanding list is not compiled once
+            _OUTBOX.c.state == "sending",
+            (_OUTBOX.c.state == "stale")
+            & (_OUTBOX.c.landed_at <= bindparam("b_edit_before", type_=UtcDateTime)),
+        ),
+        _OUTBOX.c.next_attempt_at <= bindparam("b_now", type_=UtcDateTime),
+    )
+    .order_by(_OUTBOX.c.id)
+    .limit(bindparam("b_limit"))
+)
+
+
 def due_posts(
     session: Session, now: datetime, edit_interval_s: float, limit: int
 ) -> list[OutboxPost]:
+    session.flush()
     edit_before = now - timedelta(seconds=edit_interval_s)
-    query = (
-        select(OutboxRow)
-        .where(
-            or_(
-                OutboxRow.state.in_(["pending", "sending"]),
-                (OutboxRow.state == "stale") & (OutboxRow.landed_at <= edit_before),
-            ),
-            OutboxRow.next_attempt_at <= now,
+    found = _DUE.rows(session, {"b_edit_before": edit_before, "b_now": now, "b_limit": limit})
+    return [
+        OutboxPost(
+            outbox_id, task_id, purpose, surface, thread_ref, key, action, body,
+            tuple(Action.from_json(a) for a in actions or ()), *rest,
         )
-        .order_by(OutboxRow.outbox_id)
-        .limit(limit)
-    )
-    return [_to_post(r) for r in session.scalars(query)]
-
-
-_OUTBOX = cast(Table, OutboxRow.__table__)
+        for outbox_id, task_id, purpose, surface, thread_ref, key, action, body, actions, *rest
+        in found
+    ]
 
 
 def mark(session: Session, outbox_id: int, **values: object) -> None:

@@ -149,6 +149,44 @@ async def test_a_failing_permission_lookup_is_retried_then_answered_visibly(
         assert len(reply) == 1 and GH_USER in reply[0]
 
 
+async def test_a_request_is_routed_before_the_answer_when_a_recent_lookup_let_its_asker_in(
+    db_url: str, tmp_path: Path
+) -> None:
+    with live_keel(tmp_path, db_url) as live:
+        github = live.github
+        first, second = (github.add_issue(GH_REPO, t, "", user="octocat") for t in "AB")
+        await _comment(live, first, "@keel fix it")
+        await live.drained()  # looked up, routed and released
+        intake = _keel(live).github_intake
+        assert intake is not None
+        intake.max_in_flight = 0  # from here on, a held delivery would stay held
+
+        comment = await _comment(live, second, "@keel and this", delivery_id="guid-again")
+
+        # Routed before the answer: nothing held, the task started, no second lookup.
+        counts = await live.counts()
+        assert (counts["held"], counts["signals"], counts["tasks"]) == (0, 2, 2)
+        path = f"/repos/{GH_REPO}/collaborators/{GH_USER}/permission"
+        assert len(github.requests_to("GET", path)) == 1
+        await live.send_github(
+            "issue_comment",
+            load_github_example(
+                "issue_comment/created",
+                **{"issue.number": second, "comment.id": comment, "comment.body": "@keel and this"},
+            ),
+            delivery_id="guid-again",
+        )
+        assert (await live.counts())["signals"] == 2  # the redelivery is the same signal
+        repo = github.repos[GH_REPO]
+
+        def eyes() -> list[tuple[str, int]]:
+            return [r.subject for r in repo.reactions if r.content == "eyes"]
+
+        await _until(lambda: ("comment", comment) in eyes())
+        await asyncio.sleep(0.3)
+        assert eyes().count(("comment", comment)) == 1
+
+
 async def test_a_maintainer_passes_min_permission_maintain_and_a_writer_is_refused_once(
     db_url: str, tmp_path: Path
 ) -> None:

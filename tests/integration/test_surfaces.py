@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -170,7 +170,7 @@ def app_key() -> tuple[str, str]:
 
 
 @pytest.fixture
-def github(app_key: tuple[str, str]) -> Iterator[GitHub]:
+async def github(app_key: tuple[str, str]) -> AsyncIterator[GitHub]:
     state = GitHubState(app_public_key=app_key[1])
     state.add_token(GITHUB_TOKEN, "keel-bot")
     state.add_repo(REPO)
@@ -178,6 +178,7 @@ def github(app_key: tuple[str, str]) -> Iterator[GitHub]:
     with serve(create_github_app(state)) as server:
         client = GitHubClient.with_token(server.url, GITHUB_TOKEN, timeout_s=5)
         yield GitHub(state, server.url, GitHubSurface(client), GitHubIssue(REPO, number))
+        await client.close()
 
 
 def _bodies(github: GitHub) -> list[str]:
@@ -230,6 +231,37 @@ async def test_reactions_land_on_issue_and_comment_when_reacted(github: GitHub) 
     ]
 
 
+async def test_reaction_retryable_when_github_errors_limits_or_drops_the_answer(
+    github: GitHub,
+) -> None:
+    github.state.inject("reactions/create-for-issue", "500")
+    with pytest.raises(Retryable):
+        await github.surface.react(github.thread_ref, "eyes")
+    github.state.inject("reactions/create-for-issue", "429", retry_after=7)
+    with pytest.raises(Retryable) as limited:
+        await github.surface.react(github.thread_ref, "eyes")
+    assert limited.value.retry_after_s == 7
+    github.state.inject("reactions/create-for-issue", "drop_response")
+    with pytest.raises(Retryable, match="outcome unknown"):
+        await github.surface.react(github.thread_ref, "eyes")
+
+    await github.surface.react(github.thread_ref, "eyes")  # landed once, as a reaction does
+    assert [r.content for r in github.state.repos[REPO].reactions] == ["eyes"]
+
+
+async def test_reaction_not_found_when_neither_comment_nor_issue_exists(github: GitHub) -> None:
+    with pytest.raises(NotFound):
+        await github.surface.react(github.thread_ref.comment(424242), "eyes")
+    with pytest.raises(NotFound):
+        await github.surface.react(GitHubIssue(REPO, 99), "eyes")
+    paths = [r.path for r in github.state.requests if r.method == "POST"]
+    assert paths == [
+        f"/repos/{REPO}/issues/comments/424242/reactions",
+        f"/repos/{REPO}/pulls/comments/424242/reactions",  # a review comment, perhaps
+        f"/repos/{REPO}/issues/99/reactions",
+    ]
+
+
 async def test_long_body_truncated_with_marker_kept_when_over_github_limit(
     github: GitHub,
 ) -> None:
@@ -250,6 +282,30 @@ async def test_permanent_when_token_is_refused(github: GitHub) -> None:
     with pytest.raises(Permanent, match="401"):
         await github.surface.post(github.thread_ref, "hi", key="k")
     assert github.state.comments_created(REPO) == 0
+
+
+async def test_reaction_permanent_when_token_is_refused(github: GitHub) -> None:
+    github.state.expire_token(GITHUB_TOKEN)
+
+    with pytest.raises(Permanent, match="401"):
+        await github.surface.react(github.thread_ref, "eyes")
+    assert github.state.repos[REPO].reactions == []
+
+
+async def test_installation_token_refreshed_once_when_github_refuses_a_reaction(
+    github: GitHub, app_key: tuple[str, str]
+) -> None:
+    client = GitHubClient.as_installation(
+        github.url, github.state.app_id, app_key[0], github.state.installation_id, timeout_s=5
+    )
+    await client.react(github.thread_ref, "eyes")
+    github.state.expire_token()
+    await client.react(github.thread_ref, "rocket")
+    await client.close()
+
+    token_path = f"/app/installations/{github.state.installation_id}/access_tokens"
+    assert len(github.state.requests_to("POST", token_path)) == 2
+    assert [r.content for r in github.state.repos[REPO].reactions] == ["eyes", "rocket"]
 
 
 async def test_installation_token_refreshed_once_when_github_refuses_it(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from routing.permissions import CachedPermissions, needs_permission, with_permission
+from routing.permissions import CachedPermissions, Known, needs_permission, with_permission
 from routing.signal import Actor
 from runtime.threads import GitHubIssue
 from tests.unit.test_router_table import github_comment, make_signal
@@ -30,6 +30,20 @@ async def test_answers_are_reused_until_the_ttl_passes() -> None:
     now[0] = 61
     await cached.permission("acme/shop", "mia")
     assert source.asked == [("acme/shop", "mia"), ("acme/shop", "bob"), ("acme/shop", "mia")]
+
+
+async def test_a_recent_answer_is_told_without_asking_until_the_ttl_passes() -> None:
+    now = [0.0]
+    source = Counting()
+    cached = CachedPermissions(source, ttl_s=60, monotonic=lambda: now[0])
+    assert cached.recent("acme/shop", "mia") is None
+    await cached.permission("acme/shop", "mia")
+    await cached.permission("acme/shop", "bob")
+    assert cached.recent("acme/shop", "mia") == Known("maintain")
+    assert cached.recent("acme/shop", "bob") == Known(None)  # known to have none
+    now[0] = 61
+    assert cached.recent("acme/shop", "mia") is None
+    assert len(source.asked) == 2
 
 
 def test_only_a_github_person_without_a_known_permission_needs_a_lookup() -> None:

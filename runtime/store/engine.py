@@ -260,9 +260,9 @@ class Database:
     def close(self) -> None:
         if self._group is not None:
             self._group.close()
+        self._threads.close()
         for kept in [self._batch, *self._kept]:
             kept.close()
-        self._threads.close()
         self.engine.dispose()
 
 

@@ -45,7 +45,8 @@ class Threads:
         return future
 
     def close(self) -> None:
-        """Threads finish the call they are in and stop; calls still queued are dropped."""
+        """Threads finish the call they are in and stop; a call still queued is not run, its
+        caller gets the error a call after closing gets."""
         self._closed = True
         with self._lock:
             for _ in self._threads:
@@ -64,13 +65,18 @@ class Threads:
     def _serve(self) -> None:
         while True:
             job = self._queue.get()
-            if job is None or self._closed:
+            if job is None:
                 return
             loop, future, work = job
-            try:
-                result, error = work(), None
-            except BaseException as e:  # handed to the caller, whatever it is
-                result, error = None, e
+            result: Any = None
+            error: BaseException | None
+            if self._closed:
+                error = RuntimeError("the database is closed")
+            else:
+                try:
+                    result, error = work(), None
+                except BaseException as e:  # handed to the caller, whatever it is
+                    error = e
             # Idle before the caller hears back, so a caller that calls again at once finds
             # this thread instead of starting another.
             self._idle.release()

@@ -62,3 +62,18 @@ async def test_a_closed_hand_off_refuses_new_calls() -> None:
     threads.close()
     with pytest.raises(RuntimeError, match="closed"):
         threads.call(lambda: None)
+
+
+async def test_closing_ends_calls_still_queued_with_an_error_instead_of_leaving_them_waiting() -> (
+    None
+):
+    threads = Threads(1, "t")
+    release = threading.Event()
+    running = threads.call(release.wait)
+    queued = threads.call(lambda: "never run")
+    await asyncio.sleep(0.05)
+    threads.close()
+    release.set()
+    assert await asyncio.wait_for(running, 5) is True
+    with pytest.raises(RuntimeError, match="closed"):
+        await asyncio.wait_for(queued, 5)

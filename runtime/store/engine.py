@@ -189,11 +189,11 @@ class Database:
             or time.monotonic() - kept.opened > POOL_RECYCLE_S
         ):
             kept.close()
-            connection = None
-        if connection is None:
-            connection = kept.connection = self.engine.connect()
-            kept.opened = time.monotonic()
         try:
+            if kept.connection is None:
+                kept.connection = self.engine.connect()  # fails as the transaction would
+                kept.opened = time.monotonic()
+            connection = kept.connection
             with connection.begin(), Session(bind=connection) as session:
                 yield session
                 session.flush()

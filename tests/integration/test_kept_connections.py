@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from runtime.errors import Retryable
 from runtime.store.engine import Database, Transaction
+from tests.databases import admin_url
 
 
 def _driver_connection(session: Transaction) -> int:
@@ -42,5 +43,20 @@ async def test_a_connection_the_server_dropped_fails_once_then_is_replaced(
         again = await alone.run(_backend)
         assert again != pid
         assert await alone.run(_backend) == again
+        # While the database refuses connections, opening the replacement fails as
+        # retryable too (a webhook then answers 503, not 500); afterwards it opens.
+        name = database.engine.url.database
+        admin = create_engine(str(admin_url()), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": again})
+            try:
+                for _ in range(2):
+                    with pytest.raises(Retryable):
+                        await alone.run(_backend)
+            finally:
+                conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
+        admin.dispose()
+        assert await alone.run(_backend) not in (pid, again)
     finally:
         alone.close()

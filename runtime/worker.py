@@ -41,6 +41,10 @@ class Worker:
         self.name = name or worker_name()
         self.stopping = asyncio.Event()
         self.ticks = 0
+        # Idle loops take turns looking for work: one waits for a wake-up and claims, then
+        # hands the turn on (the next looks at once: there may be more). A wake-up costs one
+        # look, not one per idle loop.
+        self._turn = asyncio.Lock()
 
     async def run(self) -> None:
         """Run until ``stop()``; returns once every loop has let go of its task."""
@@ -62,6 +66,14 @@ class Worker:
 
     async def _loop(self, slot: str) -> None:
         while not self.stopping.is_set():
+            async with self._turn:
+                claimed = await self._look(slot)
+            if claimed is not None:
+                await self._drive(claimed.lease)
+
+    async def _look(self, slot: str) -> Claimed | None:
+        """Claim work, waiting for a wake-up (or the poll interval) between looks."""
+        while not self.stopping.is_set():
             try:
                 claimed = await self.scheduler.claim_next(slot)
             except Exception:  # loop boundary: the database may be briefly unavailable
@@ -69,9 +81,9 @@ class Worker:
                 await asyncio.sleep(self.poll_interval_s)
                 continue
             if isinstance(claimed, Claimed):
-                await self._drive(claimed.lease)
-            else:
-                await self.scheduler.notifier.wait(self.poll_interval_s)
+                return claimed
+            await self.scheduler.notifier.wait(self.poll_interval_s)
+        return None
 
     async def _drive(self, lease: Lease) -> None:
         renewer = asyncio.create_task(self._renew(lease))

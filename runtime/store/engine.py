@@ -178,7 +178,7 @@ class Database:
             yield session
 
     @contextmanager
-    def _kept_transaction(self, kept: _Kept) -> Iterator[Session]:
+    def _kept_transaction(self, kept: _Kept, *, read_only: bool = False) -> Iterator[Session]:
         """A transaction on a connection one thread keeps (a checkout and reset per
         transaction cost more than a small transaction's statements). A connection that
         broke is closed, and the next transaction opens another; one older than the pool's
@@ -194,6 +194,7 @@ class Database:
                 kept.connection = self.engine.connect()  # fails as the transaction would
                 kept.opened = time.monotonic()
             connection = kept.connection
+            connection.info["keel_read_only"] = read_only  # SQLite: BEGIN, not BEGIN IMMEDIATE
             with connection.begin(), Session(bind=connection) as session:
                 yield session
                 session.flush()
@@ -203,13 +204,13 @@ class Database:
             kept.close()
             raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
 
-    def _on_kept_connection(self, work: Callable[[Session], T]) -> T:
+    def _on_kept_connection(self, work: Callable[[Session], T], read_only: bool = False) -> T:
         """``work`` in a transaction on this hand-off thread's own connection."""
         kept: _Kept | None = getattr(self._local, "kept", None)
         if kept is None:
             kept = self._local.kept = _Kept()
             self._kept.append(kept)
-        with self._kept_transaction(kept) as session:
+        with self._kept_transaction(kept, read_only=read_only) as session:
             return work(session)
 
     def run_sync(self, work: Callable[[Session], T]) -> T:
@@ -233,10 +234,12 @@ class Database:
         return await self._threads.call(functools.partial(self._on_kept_connection, work))
 
     async def read(self, work: Callable[[Session], T]) -> T:
-        """A read-only transaction (on PostgreSQL, one like any other)."""
+        """A read-only transaction (on PostgreSQL, one like any other). On SQLite the
+        hand-off threads serve only reads, each on a connection it keeps: opening one per
+        read (the pool holds fewer than the threads) cost more than the read."""
         if self.is_postgres:
             return await self.run(work)
-        return await self._threads.call(functools.partial(self.read_sync, work))
+        return await self._threads.call(functools.partial(self._on_kept_connection, work, True))
 
     def schema_revision_sync(self) -> str | None:
         """The applied migration, read over a fresh connection: proof the database answers."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 from runtime.errors import Retryable
 from runtime.store.engine import Database, Transaction
@@ -25,6 +29,33 @@ async def test_one_thread_keeps_one_connection_for_its_transactions(database: Da
         assert [await alone.run(_driver_connection) for _ in range(20)] == [first] * 20
     finally:
         alone.close()
+
+
+async def test_bursts_of_reads_open_no_more_connections_than_there_are_threads(
+    database: Database,
+) -> None:
+    """Bursts of eight reads at once on eight threads (SQLite's pool keeps five between
+    bursts) keep eight connections: none is opened for a burst and thrown away after it."""
+    readers = Database(database.engine, threads=8)
+    opened: list[object] = []
+
+    def count(dbapi_connection: Any, record: Any) -> None:
+        opened.append(dbapi_connection)
+
+    def slow_read(session: Transaction) -> int:
+        time.sleep(0.005)  # the reads of a burst overlap
+        return int(session.execute(text("SELECT 1")).scalar_one())
+
+    event.listen(database.engine, "connect", count)
+    try:
+        answers = []
+        for _ in range(15):
+            answers += await asyncio.gather(*(readers.read(slow_read) for _ in range(8)))
+    finally:
+        event.remove(database.engine, "connect", count)
+        readers.close()
+    assert answers == [1] * 120
+    assert len(opened) <= 8, f"{len(opened)} connections opened for 15 bursts on 8 threads"
 
 
 async def test_a_connection_the_server_dropped_fails_once_then_is_replaced(

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
+from runtime.executor.runner import TickResult
 from runtime.notifier import Notifier
-from runtime.scheduler import Scheduler
+from runtime.scheduler import Claimed, NoMatch, Scheduler
 from runtime.store.engine import Database
 from runtime.store.listen import PgListener
+from runtime.store.records import Lease
+from runtime.worker import Worker
 from tests.factories import make_spec
 
 
@@ -49,3 +53,56 @@ async def test_listen_wakes_other_process_notifier_when_postgres_commits(db_url:
         writer_db.close()
     finally:
         listener.stop()
+
+
+class _CountingScheduler(Scheduler):
+    looks = 0
+
+    async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
+        self.looks += 1
+        return await super().claim_next(worker, scan=scan)
+
+
+class _RecordingRunner:
+    """The worker's runner port: notes each task it is given, and lets it go."""
+
+    def __init__(self) -> None:
+        self.driven: list[str] = []
+
+    async def tick(self, lease: Lease) -> TickResult:
+        self.driven.append(lease.task_id)
+        return TickResult("released", "")
+
+    def forget(self, lease: Lease) -> None:
+        pass
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_wake_up_costs_one_look_however_many_loops_are_idle(database: Database) -> None:
+    """Eight idle loops: each wake-up is one look for work, not eight; work found hands the
+    turn on at once, so three tasks queued together are all taken without waiting for the
+    (here 30 s) poll interval."""
+    scheduler = _CountingScheduler(database)
+    runner = _RecordingRunner()
+    worker = Worker(scheduler, runner, concurrency=8, poll_interval_s=30)  # type: ignore[arg-type]
+    running = asyncio.create_task(worker.run())
+    try:
+        await _until(lambda: scheduler.looks >= 1)
+        await asyncio.sleep(0.2)
+        assert scheduler.looks == 1  # one loop looks; the other seven wait their turn
+        for _ in range(3):
+            scheduler.wake()
+            await asyncio.sleep(0.1)
+        assert scheduler.looks == 4
+        ids = [(await scheduler.schedule(make_spec())).task.task_id for _ in range(3)]
+        await _until(lambda: len(runner.driven) == 3)
+        assert sorted(runner.driven) == sorted(ids)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, timeout=5)

@@ -126,6 +126,12 @@ class SlackState(EmulatorState):
     base_url: str = "http://127.0.0.1"
     _last_micros: int = 0
     _file_ids: int = 0
+    # Lookups by (channel, ts) and by (channel, thread root), built from ``messages`` as it
+    # grows (messages are only appended, and a message's channel, ts and thread never
+    # change): a scan of every message per call made a bench of 10k threads quadratic.
+    _by_ts: dict[tuple[str, str], SlackMessage] = field(default_factory=dict)
+    _in_thread: dict[tuple[str, str], list[SlackMessage]] = field(default_factory=dict)
+    _indexed: int = 0
 
     def __post_init__(self) -> None:
         self.add_user(self.bot_user_id, self.bot_name, real_name="Keel", is_bot=True)
@@ -197,15 +203,28 @@ class SlackState(EmulatorState):
         return next(found, None)
 
     def find(self, channel: str, ts: str) -> SlackMessage | None:
-        return next((m for m in self.messages if m.channel == channel and m.ts == ts), None)
+        self._index()
+        return self._by_ts.get((channel, ts))
 
     def thread(self, channel: str, thread_ts: str) -> list[SlackMessage]:
-        in_thread = [
-            m
-            for m in self.messages
-            if m.channel == channel and (m.ts == thread_ts or m.thread_ts == thread_ts)
-        ]
+        """The message ``thread_ts`` and every message whose thread it roots, oldest first."""
+        self._index()
+        in_thread = list(self._in_thread.get((channel, thread_ts), ()))
+        itself = self._by_ts.get((channel, thread_ts))
+        if itself is not None and not any(m is itself for m in in_thread):
+            in_thread.append(itself)
         return sorted(in_thread, key=lambda m: m.ts)
+
+    def _index(self) -> None:
+        if self._indexed > len(self.messages):  # the list was replaced or cut: start again
+            self._by_ts.clear()
+            self._in_thread.clear()
+            self._indexed = 0
+        for m in self.messages[self._indexed:]:
+            self._by_ts.setdefault((m.channel, m.ts), m)
+            if m.thread_ts is not None:
+                self._in_thread.setdefault((m.channel, m.thread_ts), []).append(m)
+        self._indexed = len(self.messages)
 
     def bot_posts(self, channel: str | None = None) -> list[SlackMessage]:
         return [

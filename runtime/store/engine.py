@@ -195,7 +195,11 @@ class Database:
                 kept.opened = time.monotonic()
             connection = kept.connection
             connection.info["keel_read_only"] = read_only  # SQLite: BEGIN, not BEGIN IMMEDIATE
-            with connection.begin(), Session(bind=connection) as session:
+            with (
+                self._autocommit_if(read_only and self.is_postgres, connection),
+                connection.begin(),
+                Session(bind=connection) as session,
+            ):
                 yield session
                 session.flush()
         except (OperationalError, DBAPIError) as e:
@@ -203,6 +207,23 @@ class Database:
                 raise  # rolled back; the connection is still good
             kept.close()
             raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
+
+    @staticmethod
+    @contextmanager
+    def _autocommit_if(wanted: bool, connection: Connection) -> Iterator[None]:
+        """PostgreSQL reads run without BEGIN and COMMIT, two round trips of a one-query
+        read's three. At READ COMMITTED (the isolation used here) each statement takes its
+        own snapshot inside a transaction too, so a read sees what it would have seen."""
+        if not wanted:
+            yield
+            return
+        driver = connection.connection.driver_connection
+        driver.autocommit = True  # type: ignore[union-attr]
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):  # a broken connection is closed anyway
+                driver.autocommit = False  # type: ignore[union-attr]
 
     def _on_kept_connection(self, work: Callable[[Session], T], read_only: bool = False) -> T:
         """``work`` in a transaction on this hand-off thread's own connection."""
@@ -234,11 +255,9 @@ class Database:
         return await self._threads.call(functools.partial(self._on_kept_connection, work))
 
     async def read(self, work: Callable[[Session], T]) -> T:
-        """A read-only transaction (on PostgreSQL, one like any other). On SQLite the
-        hand-off threads serve only reads, each on a connection it keeps: opening one per
-        read (the pool holds fewer than the threads) cost more than the read."""
-        if self.is_postgres:
-            return await self.run(work)
+        """A read, on a connection its hand-off thread keeps (opening one per read cost more
+        than the read): on SQLite a deferred transaction, which takes no write lock; on
+        PostgreSQL no transaction at all (``_autocommit_if``)."""
         return await self._threads.call(functools.partial(self._on_kept_connection, work, True))
 
     def schema_revision_sync(self) -> str | None:

@@ -58,6 +58,27 @@ async def test_bursts_of_reads_open_no_more_connections_than_there_are_threads(
     assert len(opened) <= 8, f"{len(opened)} connections opened for 15 bursts on 8 threads"
 
 
+def _statement_is_its_own_transaction(session: Transaction) -> bool:
+    # Inside BEGIN ... COMMIT the statement starts after the transaction; on its own, both
+    # start together.
+    query = text("SELECT statement_timestamp() = transaction_timestamp()")
+    return bool(session.execute(query).scalar_one())
+
+
+async def test_postgresql_reads_skip_begin_and_commit_and_writes_keep_them(
+    database: Database,
+) -> None:
+    if not database.is_postgres:
+        pytest.skip("PostgreSQL's: SQLite reads take a deferred snapshot, as before")
+    alone = Database(database.engine, threads=1)  # one thread: one connection for both
+    try:
+        for _ in range(3):
+            assert await alone.read(_statement_is_its_own_transaction)
+            assert not await alone.run(_statement_is_its_own_transaction)
+    finally:
+        alone.close()
+
+
 async def test_a_connection_the_server_dropped_fails_once_then_is_replaced(
     database: Database,
 ) -> None:

@@ -141,6 +141,8 @@ class Scheduler:
         task_id = q.consume_delivery(session, token, worker, now)
         if task_id is None:
             return NoMatch("no matching pending delivery")
+        if not q.lock_task_row(session, task_id):  # the task before its execution
+            return NoMatch("task missing")
         lease = executions.take_lease(session, task_id, worker, now, self.lease_seconds)
         if lease is None:
             return NoMatch(_not_leased(session, task_id))

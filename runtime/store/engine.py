@@ -167,6 +167,8 @@ class Database:
                 with session.begin():
                     yield session
             except (OperationalError, DBAPIError) as e:
+                if _is_conflict(e):
+                    raise Retryable(_CONFLICT) from e
                 if _is_transient(e):
                     raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
                 raise
@@ -203,6 +205,8 @@ class Database:
                 yield session
                 session.flush()
         except (OperationalError, DBAPIError) as e:
+            if _is_conflict(e):
+                raise Retryable(_CONFLICT) from e  # rolled back; the connection is still good
             if not _is_transient(e):
                 raise  # rolled back; the connection is still good
             kept.close()
@@ -300,6 +304,17 @@ class _Kept:
         if connection is not None:
             with contextlib.suppress(Exception):  # a broken connection may fail to close
                 connection.close()
+
+
+# PostgreSQL ended the transaction to break a deadlock or a serialization conflict: running
+# it again is the remedy (a webhook answers 503 and is delivered again; a worker claims or
+# ticks again).
+_CONFLICTS = frozenset({"40P01", "40001"})
+_CONFLICT = "the transaction conflicted with another and was rolled back: try again"
+
+
+def _is_conflict(error: DBAPIError) -> bool:
+    return getattr(error.orig, "sqlstate", None) in _CONFLICTS
 
 
 def _is_transient(error: DBAPIError) -> bool:

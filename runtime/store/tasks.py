@@ -223,6 +223,20 @@ def lock_task(session: Session, task_id: str) -> TaskRow | None:
     ).first()
 
 
+_LOCK_ROW = Prepared(
+    select(TaskRow.task_id).where(TaskRow.task_id == bindparam("b_task_id")).with_for_update()
+)
+
+
+def lock_task_row(session: Session, task_id: str) -> bool:
+    """Lock the task's row without loading it; False if there is none.
+
+    A transaction that writes both a task and its execution locks the task first: the
+    mailbox, stop and child-result paths do (``lock_task``, then the execution), so one that
+    took the execution first could wait on them while they wait on it."""
+    return _LOCK_ROW.first(session, {"b_task_id": task_id}) is not None
+
+
 def get_task(session: Session, task_id: str) -> TaskRow | None:
     return session.get(TaskRow, task_id)
 

@@ -187,12 +187,7 @@ class Scheduler:
 
     async def release(self, lease: Lease, *, next_tick_at: datetime | None) -> bool:
         """Give the lease back, optionally scheduling the next tick. False if already lost."""
-
-        def work(session: Transaction) -> bool:
-            q.lock_task_row(session, lease.task_id)  # the task before its execution
-            return self.release_in(session, lease, next_tick_at)
-
-        return await self.db.run(work)
+        return await self.db.run(lambda s: self.release_in(s, lease, next_tick_at))
 
     def release_in(self, session: Transaction, lease: Lease, next_tick_at: datetime | None) -> bool:
         now = self.clock.now()

@@ -127,12 +127,9 @@ class Runner:
         """Persist the transition; when this worker ticks on, also what its next tick reads."""
         run = held.run
         now = self.ctx.clock.now()
-        if transition.after != "continue":
-            # Lock our task row first. A release writes the execution and then a delivery,
-            # whose key check shares the task row: a mailbox append or a stop, which lock the
-            # task and then the execution, would otherwise deadlock with it. And when we
-            # wait, a child reporting its result locks the row too, so either it sees us
-            # waiting (and wakes us) or our guard below sees it finished.
+        if transition.after == "wait":
+            # Lock our task row first: a child reporting its result locks it too, so either
+            # it sees us waiting (and wakes us) or our guard below sees it finished.
             q.lock_task_row(session, run.task_id)
         for write in transition.writes:
             write(session)

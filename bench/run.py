@@ -103,16 +103,18 @@ NOTES = {
         "index: `signals (decision, received_at)`."
     ),
     "scaleout_speedup": (
-        "Measured from /proc around a drain: a task of one 50 ms `sleep` call costs the "
-        "worker ~19 ms of CPU (16 user, 3 system; ~120 voluntary context switches, the "
-        "hand-offs to the database thread and back) and PostgreSQL ~8 ms, in series with "
-        "the sleep: ~77 ms a task with one worker. With 2 workers a task takes each ~84 ms, "
-        "and with 4 about the same, so the step is there from the second worker on; 1.9 "
-        "needs it under ~81 ms, and from the CPU alone that means halving the ~27 ms. Zero "
-        "double claims and every task done in every round, so the shortfall is not "
-        "claiming. Tried: concurrency 1 per worker (higher saturates the machine with one "
-        "worker); workers started and idle before the tasks are queued; medians of "
-        "interleaved rounds; asynchronous commit (no change, so not fsync)."
+        "Measured around drains: a task of one 50 ms `sleep` call costs the worker ~19 ms "
+        "of CPU (16 user, 3 system; ~120 voluntary context switches, the hand-offs to the "
+        "database thread and back) and PostgreSQL ~8 ms, in series with the sleep. From the "
+        "task records, one worker runs a task in ~65 ms and claims the next ~2.4 ms later; "
+        "with two, each runs one in 69-72 ms with ~3 ms between (their CPU contends for the "
+        "2 cores), which caps the speed-up near 1.87 however long the drain; 1.9 needs the "
+        "CPU per task cut by about half. Zero double claims and every task done in every "
+        "round, so the shortfall is not claiming. Tried: concurrency 1 per worker (higher "
+        "saturates the machine with one worker); workers started and idle before the tasks "
+        "are queued; medians of interleaved rounds; 200-task drains instead of 100 (the "
+        "start and end weighed ~0.07 on the 2-worker figure); asynchronous commit (no "
+        "change, so not fsync)."
     ),
     "memory_growth_tasks": (
         "Tasks completed in the bound (up to 240 s of sends, 30 s to drain, inside the 330 s "

@@ -165,10 +165,20 @@ class Scheduler:
         return await self.db.run(lambda s: self._claim_next(s, worker, scan))
 
     def _claim_next(self, session: Transaction, worker: str, scan: int) -> Claimed | NoMatch:
+        """Look up ready deliveries one at a time, oldest first, trying at most ``scan``.
+
+        On PostgreSQL each lookup locks only the row it returns (``SKIP LOCKED``): a worker
+        claiming at the same moment takes the next delivery. Locking a batch made a claim
+        that raced for the last few deliveries find all of them locked, so that worker slept
+        a poll interval while work was still ready. A delivery tried and not won (its task
+        gone, or its lease held) is consumed all the same, so the next lookup passes it.
+        """
         now = self.clock.now()
-        tokens = q.next_ready_tokens(session, now, scan, skip_locked=self.db.is_postgres)
-        for token in tokens:
-            outcome = self._claim(session, token, worker)
+        for _ in range(scan):
+            tokens = q.next_ready_tokens(session, now, 1, skip_locked=self.db.is_postgres)
+            if not tokens:
+                break
+            outcome = self._claim(session, tokens[0], worker)
             if isinstance(outcome, Claimed):
                 return outcome
         return NoMatch("nothing ready")

@@ -162,7 +162,10 @@ class Scheduler:
             ready = await self.db.read(lambda s: q.next_ready_tokens(s, now, 1, False))
             if not ready:
                 return NoMatch("nothing ready")
-        return await self.db.run(lambda s: self._claim_next(s, worker, scan))
+        # Unflushed (``Database.run``): a claim lost in a crash of the database server
+        # leaves the delivery to be claimed again, and the lease it took is gone, so this
+        # worker's next transition finds the run fenced off.
+        return await self.db.run(lambda s: self._claim_next(s, worker, scan), flush=False)
 
     def _claim_next(self, session: Transaction, worker: str, scan: int) -> Claimed | NoMatch:
         """Look up ready deliveries one at a time, oldest first, trying at most ``scan``.

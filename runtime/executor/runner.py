@@ -93,8 +93,11 @@ class Runner:
         transition = await self._run_phase(run, held.task)
         self.ctx.observe_phase(run.phase, time.monotonic() - started)
         try:
+            # A transition lost in a crash of the database server is done again from the
+            # phase before it; anything it leads to outside the database commits with a
+            # flush first (``Database.run``).
             status, fresh = await self.ctx.db.run(
-                lambda s: self._commit(s, held, lease, transition)
+                lambda s: self._commit(s, held, lease, transition), flush=False
             )
         except StaleWrite:
             return TickResult("lost", run.phase)

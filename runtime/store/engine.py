@@ -180,11 +180,13 @@ class Database:
             yield session
 
     @contextmanager
-    def _kept_transaction(self, kept: _Kept, *, read_only: bool = False) -> Iterator[Session]:
+    def _kept_transaction(
+        self, kept: _Kept, *, read_only: bool = False, flush: bool = True
+    ) -> Iterator[Session]:
         """A transaction on a connection one thread keeps (a checkout and reset per
         transaction cost more than a small transaction's statements). A connection that
         broke is closed, and the next transaction opens another; one older than the pool's
-        recycle age is replaced, as the pool would."""
+        recycle age is replaced, as the pool would. ``flush=False``: see ``run``."""
         connection = kept.connection
         if connection is not None and (
             connection.closed or connection.invalidated
@@ -197,11 +199,16 @@ class Database:
                 kept.opened = time.monotonic()
             connection = kept.connection
             connection.info["keel_read_only"] = read_only  # SQLite: BEGIN, not BEGIN IMMEDIATE
+            unflushed = self.is_postgres and not flush and not read_only
             with (
-                self._autocommit_if(read_only and self.is_postgres, connection),
+                self._autocommit_if((read_only or unflushed) and self.is_postgres, connection),
                 connection.begin(),
                 Session(bind=connection) as session,
             ):
+                if unflushed:
+                    # One round trip, as the driver's own BEGIN would be; the driver still
+                    # sends the COMMIT (or ROLLBACK), since the server reports a transaction.
+                    connection.exec_driver_sql(_BEGIN_UNFLUSHED)
                 yield session
                 session.flush()
         except (OperationalError, DBAPIError) as e:
@@ -229,13 +236,15 @@ class Database:
             with contextlib.suppress(Exception):  # a broken connection is closed anyway
                 driver.autocommit = False  # type: ignore[union-attr]
 
-    def _on_kept_connection(self, work: Callable[[Session], T], read_only: bool = False) -> T:
+    def _on_kept_connection(
+        self, work: Callable[[Session], T], read_only: bool = False, flush: bool = True
+    ) -> T:
         """``work`` in a transaction on this hand-off thread's own connection."""
         kept: _Kept | None = getattr(self._local, "kept", None)
         if kept is None:
             kept = self._local.kept = _Kept()
             self._kept.append(kept)
-        with self._kept_transaction(kept, read_only=read_only) as session:
+        with self._kept_transaction(kept, read_only=read_only, flush=flush) as session:
             return work(session)
 
     def run_sync(self, work: Callable[[Session], T]) -> T:
@@ -252,11 +261,27 @@ class Database:
             finally:
                 conn.info.pop("keel_read_only", None)
 
-    async def run(self, work: Callable[[Session], T]) -> T:
+    async def run(self, work: Callable[[Session], T], *, flush: bool = True) -> T:
+        """``work`` in a write transaction, off the event loop.
+
+        ``flush=False`` is for a transaction whose loss in a crash of the database server is
+        harmless because it can be done again: an executor transition, which records where a
+        run is and what stayed inside the database. On PostgreSQL its commit then returns
+        without waiting for the write-ahead log to reach disk (``synchronous_commit`` off for
+        this transaction alone): the server's WAL writer flushes it within a fraction of a
+        second, and so does any later commit that waits, because the log is written in
+        order. Every commit that comes before something outside the database (a webhook's
+        acknowledgement, the mark before a tool runs, a tool's settlement, the outbox's mark
+        before a post) waits as before, so what such an effect depended on is on disk
+        first. A worker process that dies loses nothing either way: the server holds the
+        commit. SQLite commits as always (its group commit already shares the sync).
+        """
         if self._group is not None:
             result: T = await self._group.run(work)
             return result
-        return await self._threads.call(functools.partial(self._on_kept_connection, work))
+        return await self._threads.call(
+            functools.partial(self._on_kept_connection, work, flush=flush)
+        )
 
     async def read(self, work: Callable[[Session], T]) -> T:
         """A read, on a connection its hand-off thread keeps (opening one per read cost more
@@ -310,6 +335,7 @@ class _Kept:
 # it again is the remedy (a webhook answers 503 and is delivered again; a worker claims or
 # ticks again).
 _CONFLICTS = frozenset({"40P01", "40001"})
+_BEGIN_UNFLUSHED = "BEGIN; SET LOCAL synchronous_commit TO off"
 _CONFLICT = "the transaction conflicted with another and was rolled back: try again"
 
 

@@ -315,6 +315,8 @@ class Keel:
         if intake and self.github_catchup is not None:
             self._tasks.append(asyncio.create_task(self.github_catchup.run(self._stopping)))
         if workers:
+            if not intake and self.worker.concurrency == 1:
+                self.db.run_on_loop()  # keel worker, one task at a time: see run_on_loop
             self._tasks.append(asyncio.create_task(self.worker.run()))
 
     async def _resume_pending(self) -> None:

@@ -62,7 +62,7 @@ async def run(config_path: str, effects: Path) -> None:
     keel.effects = effects
     keel.migrate()
     await keel.connect()
-    await keel.start(workers=True)
+    await keel.start(workers=True, intake=False)  # as keel worker starts
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,20 +1,26 @@
-"""Which commits wait for the write-ahead log to reach disk.
+"""Which commits wait for the write-ahead log to reach disk, and where transactions run.
 
 On PostgreSQL an executor transition and a claim commit without waiting for the flush: if a
 crash of the database server loses one, the run does that phase again (or the delivery is
 claimed again). A commit that comes before something outside the database still waits: the
 mark before a tool runs, the tool's settlement, a webhook's intake, the outbox's mark before
 a post. The log is written in order, so such a commit makes every earlier one durable too.
+
+A ``keel worker`` running one task at a time runs its transactions on its event loop's
+thread (``Database.run_on_loop``); ``keel serve`` and busier workers hand them to threads.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
 
+from adapters.assembly import Keel
+from adapters.config import build_config
 from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, Transaction
 from runtime.store.records import TaskStatus
@@ -119,3 +125,30 @@ async def test_transitions_skip_the_flush_and_the_marks_around_a_tool_keep_it(
     assert len(transitions) >= 6 and len(around_tool) == 2 and claims
     assert all(unflushed(t) for t in transitions + claims)
     assert not any(unflushed(t) for t in around_tool)  # the dispatch mark and the settlement
+
+
+@pytest.mark.parametrize(
+    ("intake", "concurrency", "on_loop"),
+    [(False, 1, True), (False, 3, False), (True, 1, False)],
+    ids=["keel-worker-one-task", "keel-worker-three-tasks", "keel-serve"],
+)
+async def test_only_a_worker_running_one_task_at_a_time_keeps_transactions_on_its_loop(
+    db_url: str, tmp_path: Path, intake: bool, concurrency: int, on_loop: bool
+) -> None:
+    tree = {
+        "database": {"url": db_url},
+        "workspace": {"root": str(tmp_path / "ws")},
+        "worker": {"concurrency": concurrency},
+    }
+    keel = Keel(build_config(tree, env={}))
+    keel.migrate()
+    await keel.connect()
+    await keel.start(workers=True, intake=intake)
+    try:
+        ran_on = await keel.db.run(lambda s: threading.get_ident())
+        read_on = await keel.db.read(lambda s: threading.get_ident())
+    finally:
+        await keel.stop()
+    here = threading.get_ident()
+    expected = on_loop and keel.db.is_postgres  # SQLite keeps its committer and threads
+    assert (ran_on == here, read_on == here) == (expected, expected)

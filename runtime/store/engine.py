@@ -169,11 +169,10 @@ class Database:
                 with session.begin():
                     yield session
             except (OperationalError, DBAPIError) as e:
-                if _is_conflict(e):
-                    raise Retryable(_CONFLICT) from e
-                if _is_transient(e):
-                    raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
-                raise
+                retry = _retryable(e)
+                if retry is None:
+                    raise
+                raise retry from e
 
     @contextmanager
     def _batch_transaction(self) -> Iterator[Session]:
@@ -214,12 +213,12 @@ class Database:
                 yield session
                 session.flush()
         except (OperationalError, DBAPIError) as e:
-            if _is_conflict(e):
-                raise Retryable(_CONFLICT) from e  # rolled back; the connection is still good
-            if not _is_transient(e):
+            retry = _retryable(e)
+            if retry is None:
                 raise  # rolled back; the connection is still good
-            kept.close()
-            raise Retryable(f"database unavailable: {type(e.orig).__name__}") from e
+            if not _is_conflict(e):
+                kept.close()  # it broke: the next transaction opens another
+            raise retry from e
 
     @staticmethod
     @contextmanager
@@ -356,6 +355,16 @@ class _Kept:
 _CONFLICTS = frozenset({"40P01", "40001"})
 _BEGIN_UNFLUSHED = "BEGIN; SET LOCAL synchronous_commit TO off"
 _CONFLICT = "the transaction conflicted with another and was rolled back: try again"
+
+
+def _retryable(error: DBAPIError) -> Retryable | None:
+    """What a transaction that failed with ``error`` raises when running it again is the
+    remedy (a conflict, or the database briefly away); None when it would fail the same way."""
+    if _is_conflict(error):
+        return Retryable(_CONFLICT)
+    if _is_transient(error):
+        return Retryable(f"database unavailable: {type(error.orig).__name__}")
+    return None
 
 
 def _is_conflict(error: DBAPIError) -> bool:

@@ -263,7 +263,8 @@ class Database:
                 conn.info.pop("keel_read_only", None)
 
     async def run(self, work: Callable[[Session], T], *, flush: bool = True) -> T:
-        """``work`` in a write transaction, off the event loop.
+        """``work`` in a write transaction: on a hand-off thread, or on the awaiting loop's
+        own thread after ``run_on_loop``.
 
         ``flush=False`` is for a transaction whose loss in a crash of the database server is
         harmless because it can be done again: an executor transition, which records where a
@@ -274,8 +275,10 @@ class Database:
         order. Every commit that comes before something outside the database (a webhook's
         acknowledgement, the mark before a tool runs, a tool's settlement, the outbox's mark
         before a post) waits as before, so what such an effect depended on is on disk
-        first. A worker process that dies loses nothing either way: the server holds the
-        commit. SQLite commits as always (its group commit already shares the sync).
+        first. The outbox's reactions and edits have no mark: sent again from a lost row,
+        a reaction is already there and an edit rewrites the same message. A worker process
+        that dies loses nothing either way: the server holds the commit. SQLite commits as
+        always (its group commit already shares the sync).
         """
         if self._group is not None:
             result: T = await self._group.run(work)
@@ -353,8 +356,12 @@ class _Kept:
 # it again is the remedy (a webhook answers 503 and is delivered again; a worker claims or
 # ticks again).
 _CONFLICTS = frozenset({"40P01", "40001"})
-_BEGIN_UNFLUSHED = "BEGIN; SET LOCAL synchronous_commit TO off"
 _CONFLICT = "the transaction conflicted with another and was rolled back: try again"
+
+
+# A transaction that commits without waiting for the WAL flush (``Database.run``), begun in
+# one simple-protocol round trip.
+_BEGIN_UNFLUSHED = "BEGIN; SET LOCAL synchronous_commit TO off"
 
 
 def _retryable(error: DBAPIError) -> Retryable | None:

@@ -2,12 +2,15 @@
 
 A round schedules a handful of tasks, each a random mix of parallel reads, writes with and
 without reconcile, waits, a delegated child and a mailbox message that arrives at a random
-moment. Two worker processes run them; a timer in the driver (not a fault point) SIGKILLs a
-random one of them at random instants and starts a fresh one. After the round the invariants
-are checked from the database and the tools' effect logs and counted in a ``Tally``.
+moment. Two worker processes run them: one runs a task at a time with its transactions on its
+event loop (as ``keel worker`` at concurrency 1 does), the other two at a time on hand-off
+threads. A timer in the driver (not a fault point) SIGKILLs a random one of them at random
+instants and starts a fresh one of the same kind. After the round the invariants are checked
+from the database and the tools' effect logs and counted in a ``Tally``.
 
-Run as ``python -m tests.recovery.soak DB_URL FOLDER SCRIPT_JSON`` it is the worker process:
-the test stack with the real thread reporter, so completion replies are queued in the Outbox.
+Run as ``python -m tests.recovery.soak DB_URL FOLDER SCRIPT_JSON CONCURRENCY`` it is the worker
+process: the test stack with the real thread reporter, so completion replies are queued in the
+Outbox.
 """
 
 from __future__ import annotations
@@ -148,11 +151,17 @@ def random_script(
 # -- worker processes -------------------------------------------------------------------------
 
 
-def spawn_worker(db_url: str, folder: Path, script: Path) -> subprocess.Popen[bytes]:
+WORKER_CONCURRENCY = (1, 2)  # one worker process of each
+
+
+def spawn_worker(
+    db_url: str, folder: Path, script: Path, concurrency: int
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_FAULT")}
     root = Path(__file__).resolve().parents[2]
+    command = ["-m", "tests.recovery.soak", db_url, str(folder), str(script), str(concurrency)]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.recovery.soak", db_url, str(folder), str(script)],
+        [sys.executable, *command],
         cwd=root,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -181,14 +190,16 @@ class Slowed:
         return await self.inner.reconcile(args, ctx)
 
 
-async def worker_main(db_url: str, folder: Path, script_path: Path) -> None:
+async def worker_main(db_url: str, folder: Path, script_path: Path, concurrency: int) -> None:
     script = json.loads(script_path.read_text())
     stack = build_stack(db_url, folder, ChildAware(script), lease_seconds=1.0)
     stack.ctx.reporter = ThreadReporter(SystemClock())
     tools = cast(dict[str, Tool], stack.ctx.tools)
     for name in WRITES:
         tools[name] = Slowed(tools[name])
-    await stack.work_until(folder / "stop", concurrency=2)
+    if concurrency == 1:
+        stack.db.run_on_loop()  # as keel worker does; PostgreSQL only
+    await stack.work_until(folder / "stop", concurrency=concurrency)
 
 
 # -- one round --------------------------------------------------------------------------------
@@ -250,7 +261,7 @@ async def run_round(
         spec = make_spec(message=plan.message, origin_thread_ref=ref, objective_key=str(ref))
         task_ids[(await scheduler.schedule(spec)).task.task_id] = plan
     mail_at = {t: time.monotonic() + rng.uniform(0, 2.5) for t, p in task_ids.items() if p.mailbox}
-    workers = [spawn_worker(db_url, folder, script_path) for _ in range(2)]
+    workers = [spawn_worker(db_url, folder, script_path, n) for n in WORKER_CONCURRENCY]
     leases = _Leases()
     made = 0
     next_kill = time.monotonic() + rng.uniform(0.1, max_gap)
@@ -273,7 +284,9 @@ async def run_round(
                 workers[victim].send_signal(signal.SIGKILL)
                 workers[victim].wait()
                 leases.record_kill(await db.read(_leases), workers[victim].pid)
-                workers[victim] = spawn_worker(db_url, folder, script_path)
+                workers[victim] = spawn_worker(
+                    db_url, folder, script_path, WORKER_CONCURRENCY[victim]
+                )
                 made += 1
                 next_kill = time.monotonic() + rng.uniform(0.1, max_gap)
             if not mail_at and await db.read(lambda s: _all_done(s, list(task_ids))):
@@ -426,4 +439,4 @@ async def soak(
 
 
 if __name__ == "__main__":
-    asyncio.run(worker_main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
+    asyncio.run(worker_main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])))

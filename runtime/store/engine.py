@@ -202,7 +202,7 @@ class Database:
             connection.info["keel_read_only"] = read_only  # SQLite: BEGIN, not BEGIN IMMEDIATE
             unflushed = self.is_postgres and not flush and not read_only
             with (
-                self._autocommit_if((read_only or unflushed) and self.is_postgres, connection),
+                self._autocommit_if((read_only and self.is_postgres) or unflushed, connection),
                 connection.begin(),
                 Session(bind=connection) as session,
             ):
@@ -225,7 +225,8 @@ class Database:
     def _autocommit_if(wanted: bool, connection: Connection) -> Iterator[None]:
         """PostgreSQL reads run without BEGIN and COMMIT, two round trips of a one-query
         read's three. At READ COMMITTED (the isolation used here) each statement takes its
-        own snapshot inside a transaction too, so a read sees what it would have seen."""
+        own snapshot inside a transaction too, so a read sees what it would have seen. An
+        unflushed write runs here too, and sends its own BEGIN (``_BEGIN_UNFLUSHED``)."""
         if not wanted:
             yield
             return

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, assert_never, cast, get_args
 
@@ -685,7 +685,7 @@ def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:
         kind=signal.kind,
         thread_ref=signal.thread_ref,
         objective_key=signal.objective_key,
-        actor=asdict(signal.actor),
+        actor=signal.actor.as_dict(),
         text=signal.text,
         received_at=signal.received_at,
         message_ref=signal.message,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from runtime.threads import ThreadRef
 
@@ -73,6 +73,11 @@ class Actor:
     is_bot: bool
     is_self: bool
     permission: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The stored form (``dataclasses.asdict`` costs more than the rest of the row)."""
+        return {"id": self.id, "name": self.name, "is_bot": self.is_bot,
+                "is_self": self.is_self, "permission": self.permission}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ Where a post landed (``Landed``) is one of these naming the message itself, pref
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from runtime.errors import Permanent
@@ -27,6 +27,8 @@ _SLACK_TS = r"\d+\.\d+"
 _REPO = r"[\w.-]+/[\w.-]+"
 _NUMBER = r"[1-9]\d*"
 _SHA = r"[0-9a-fA-F]{4,64}"
+# Each component's own check, compiled once: every webhook and every outbox row builds refs.
+_PARTS = {part: re.compile(part) for part in (_SLACK_ID, _SLACK_TS, _REPO, _NUMBER, _SHA)}
 
 _SLACK = re.compile(
     rf"slack:(?P<team>{_SLACK_ID})/(?P<channel>{_SLACK_ID})/(?P<thread_ts>{_SLACK_TS})"
@@ -68,7 +70,9 @@ class SlackThread:
 
     @property
     def root(self) -> SlackThread:
-        return replace(self, message_ts=None)
+        return self if self.message_ts is None else SlackThread(
+            self.team, self.channel, self.thread_ts
+        )
 
     @property
     def target_ts(self) -> str:
@@ -77,7 +81,7 @@ class SlackThread:
 
     def message(self, ts: str) -> SlackThread:
         """The message ``ts`` posted in this thread."""
-        return replace(self, message_ts=ts)
+        return SlackThread(self.team, self.channel, self.thread_ts, ts)
 
     def __str__(self) -> str:
         suffix = f":{self.message_ts}" if self.message_ts is not None else ""
@@ -105,10 +109,10 @@ class GitHubIssue:
 
     @property
     def root(self) -> GitHubIssue:
-        return replace(self, comment_id=None)
+        return self if self.comment_id is None else GitHubIssue(self.repo, self.number)
 
     def comment(self, comment_id: int) -> GitHubIssue:
-        return replace(self, comment_id=comment_id)
+        return GitHubIssue(self.repo, self.number, comment_id)
 
     def __str__(self) -> str:
         suffix = f":{self.comment_id}" if self.comment_id is not None else ""
@@ -185,5 +189,5 @@ def parse_landed(text: str) -> Landed:
 
 
 def _check(what: str, value: str, pattern: str) -> None:
-    if re.fullmatch(pattern, value) is None:
+    if _PARTS[pattern].fullmatch(value) is None:
         raise BadThreadRef(f"{what} {value!r} cannot be part of a thread reference")

@@ -36,6 +36,20 @@ UniqueViolation = IntegrityError
 
 DEFAULT_URL = "sqlite:///./keel.db"
 POOL_RECYCLE_S = 300
+# libpq's own defaults wait for an unreachable or silent server as long as TCP does (minutes):
+# a connection attempt gives up after ``connect_timeout`` seconds, and an open connection
+# whose sent data goes unacknowledged for ``tcp_user_timeout`` ms, or whose idle peer stops
+# answering keepalive probes, fails its transaction (``Retryable``) instead of hanging the
+# worker, its lease renewal and its shutdown with it. A server that is merely slow is not
+# cut off: its TCP stack still acknowledges. The database URL's own values win.
+PG_CONNECTION_DEFAULTS: dict[str, int] = {
+    "connect_timeout": 10,
+    "tcp_user_timeout": 30_000,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 
 
 def resolve_url(configured: str | None) -> str:
@@ -76,9 +90,11 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
     # again), and SQLAlchemy then invalidates every pooled connection older than the error,
     # so the retry gets a fresh one; ``pool_recycle`` retires connections a proxy or the
     # server may have dropped while idle.
+    given = make_url(url).query
     engine = create_engine(
         url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
         pool_recycle=POOL_RECYCLE_S, echo=echo,
+        connect_args={k: v for k, v in PG_CONNECTION_DEFAULTS.items() if k not in given},
     )
     event.listen(engine, "connect", _without_nul)
     return engine
@@ -302,12 +318,15 @@ class Database:
         """From now on, on PostgreSQL, run each transaction on the thread of the event loop
         that awaits it, not on a hand-off thread; on SQLite, nothing changes.
 
-        For a process whose loop has nothing to do while it waits for the database: a
+        For a process whose loop has little else to do while it waits for the database: a
         ``keel worker`` running one task at a time. There a hand-off costs two thread
-        switches per transaction and nothing runs meanwhile; with several processes sharing
-        the machine's cores, those switches were what kept two workers from running twice
-        as fast as one. Not for ``keel serve``, whose loop answers webhooks, nor for a worker
-        running several tasks at once, whose transactions would queue behind each other.
+        switches per transaction; with several processes sharing the machine's cores, those
+        switches were what kept two workers from running twice as fast as one. The worker's
+        other loops (the outbox, lease renewal, the sweeper, its signal handlers) run
+        between transactions, which take milliseconds; a server that stops answering holds
+        them no longer than the connection's timeouts (``PG_CONNECTION_DEFAULTS``). Not for
+        ``keel serve``, whose loop answers webhooks, nor for a worker running several tasks
+        at once, whose transactions would queue behind each other.
         """
         self._on_loop = self.is_postgres
 

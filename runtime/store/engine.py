@@ -90,11 +90,10 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
     # again), and SQLAlchemy then invalidates every pooled connection older than the error,
     # so the retry gets a fresh one; ``pool_recycle`` retires connections a proxy or the
     # server may have dropped while idle.
-    given = make_url(url).query
     engine = create_engine(
         url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
         pool_recycle=POOL_RECYCLE_S, echo=echo,
-        connect_args={k: v for k, v in PG_CONNECTION_DEFAULTS.items() if k not in given},
+        connect_args={k: v for k, v in PG_CONNECTION_DEFAULTS.items() if k not in parsed.query},
     )
     event.listen(engine, "connect", _without_nul)
     return engine

@@ -10,7 +10,9 @@ For ``bench.ingest_floor`` it can also do the one thing more that #18 asks of ev
 ``--slack-api URL --github-api URL`` sends each new delivery's 👀 once its row is committed,
 as Keel does (slack_sdk's ``reactions.add`` on a kept-alive aiohttp session; one aiohttp POST
 to GitHub's reactions, Keel's own path), in a task of the event loop, 50 at most in flight,
-with nothing durable about it. ``--no-store`` skips the insert. ``GET /floor/pending`` says
+with nothing durable about it. ``--no-store`` skips the insert; ``--group-commit`` makes it
+on a thread of its own, deliveries that arrive together sharing one transaction and fsync
+(as Keel's SQLite writes do). ``GET /floor/pending`` says
 how many 👀 are still to send.
 """
 
@@ -21,8 +23,10 @@ import asyncio
 import hashlib
 import hmac
 import json
+import queue
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -123,9 +127,52 @@ class Eyes:
             response.raise_for_status()
 
 
-def create_bare_app(db_path: str, eyes: Eyes | None = None, store: bool = True) -> FastAPI:
+class GroupInsert:
+    """Inserts made on a thread of their own, those waiting together in one transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[tuple[tuple[str, str, str, float],
+                                             asyncio.AbstractEventLoop,
+                                             asyncio.Future[bool]]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    async def insert(self, provider: str, delivery_id: str, body: bytes) -> bool:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
+        self._queue.put(((provider, delivery_id, body.decode("utf-8"), time.time()), loop, done))
+        return await done
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 64:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._conn.execute("BEGIN IMMEDIATE")
+            new = [self._conn.execute(
+                "INSERT INTO signals (provider, delivery_id, body, received_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", row).rowcount == 1
+                for row, _, _ in batch]
+            self._conn.execute("COMMIT")
+            loop = batch[0][1]  # one event loop serves the app
+            outcomes = [(done, n) for (_, _, done), n in zip(batch, new, strict=True)]
+            loop.call_soon_threadsafe(_settle, outcomes)
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[bool], bool]]) -> None:
+    for done, new in outcomes:
+        done.set_result(new)
+
+
+def create_bare_app(
+    db_path: str, eyes: Eyes | None = None, store: bool = True, group: bool = False
+) -> FastAPI:
     conn = connect(db_path)
     app = FastAPI()
+    committer = GroupInsert(conn) if group else None
 
     def insert(provider: str, delivery_id: str, body: bytes) -> bool:
         """Whether the delivery is new."""
@@ -146,7 +193,9 @@ def create_bare_app(db_path: str, eyes: Eyes | None = None, store: bool = True) 
         if not slack_signed(dict(request.headers), body):
             return Response(status_code=401)
         envelope = json.loads(body)
-        new = insert("slack", str(envelope["event_id"]), body)
+        event_id = str(envelope["event_id"])
+        new = (insert("slack", event_id, body) if committer is None
+               else await committer.insert("slack", event_id, body))
         if eyes is not None and new and "x-slack-retry-num" not in request.headers:
             eyes.slack(envelope["event"])
         return Response(status_code=200)
@@ -157,7 +206,9 @@ def create_bare_app(db_path: str, eyes: Eyes | None = None, store: bool = True) 
         if not github_signed(dict(request.headers), body):
             return Response(status_code=401)
         payload = json.loads(body)
-        new = insert("github", request.headers["x-github-delivery"], body)
+        guid = request.headers["x-github-delivery"]
+        new = (insert("github", guid, body) if committer is None
+               else await committer.insert("github", guid, body))
         if eyes is not None and new:
             eyes.github(payload)
         return Response(status_code=200)
@@ -176,11 +227,13 @@ def main() -> int:
     parser.add_argument("--slack-api", help="send each delivery's 👀 to this Slack Web API")
     parser.add_argument("--github-api", help="... and this GitHub REST API")
     parser.add_argument("--no-store", action="store_true", help="verify and parse only")
+    parser.add_argument("--group-commit", action="store_true",
+                        help="insert on a thread, concurrent deliveries in one transaction")
     args = parser.parse_args()
     eyes = Eyes(args.slack_api, args.github_api) if args.slack_api and args.github_api else None
     uvicorn.run(
-        create_bare_app(args.db, eyes, store=not args.no_store), host="127.0.0.1",
-        port=args.port, log_level="warning", access_log=False,
+        create_bare_app(args.db, eyes, store=not args.no_store, group=args.group_commit),
+        host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
     )
     return 0
 

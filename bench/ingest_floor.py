@@ -4,11 +4,13 @@
 and does nothing else. Keel must also acknowledge each new delivery on its origin (a 👀
 reaction, sent by slack_sdk on Slack), and while a burst lasts those calls share its
 interpreter. This benchmark adds that one duty to the bare endpoint itself and nothing else:
-no routing, no task, no outbox, no durable record of the 👀. Four servers, one process each,
+no routing, no task, no outbox, no durable record of the 👀. Five servers, one process each,
 the same load (``bench.ingest``'s deliveries, 16 connections, closed loop), in turns:
 
 - ``bare``: the baseline of ``bench.ingest``;
 - ``bare + 👀``: the same, and each new delivery's 👀 sent once its row is committed;
+- ``bare + 👀, grouped``: the same with the inserts group-committed on a thread of their
+  own, as Keel's are on SQLite (deliveries that arrive together share one fsync);
 - ``bare + 👀, no row``: the 👀 without the insert (verify, parse, react), a floor under any
   ingest that stores what it accepts;
 - ``keel``: ``bench.keel_http``, as in ``bench.ingest``.
@@ -38,7 +40,9 @@ from bench.procs import Proc, free_port, start, wait_http
 from bench.world import keel_config
 
 RUNS = 5
-STRIDE = 4 * PER_RUN  # deliveries numbered per run: one batch for bare and keel, one each
+STRIDE = 4 * PER_RUN  # deliveries numbered per run: a batch for bare and keel, one per variant
+VARIANTS = {"bare + 👀": [], "bare + 👀, grouped": ["--group-commit"],
+            "bare + 👀, no row": ["--no-store"]}
 
 
 @dataclass
@@ -50,7 +54,8 @@ class Server:
     own_batch: int  # which of the run's batches it is sent (0 shared by bare and keel)
 
 
-def floor_server(folder: Path, name: str, args: list[str], slack: str, github: str) -> Server:
+def floor_server(folder: Path, name: str, slack: str, github: str) -> Server:
+    args = VARIANTS[name]
     port = free_port()
     proc = start([sys.executable, "-m", "bench.bare_ingest", "--db", str(folder / f"{name}.db"),
                   "--port", str(port), "--slack-api", slack, "--github-api", github, *args],
@@ -64,7 +69,7 @@ def floor_server(folder: Path, name: str, args: list[str], slack: str, github: s
                     return
                 await asyncio.sleep(0.1)
 
-    return Server(name, proc, port, settled, 1 if "--no-store" not in args else 2)
+    return Server(name, proc, port, settled, 1 + list(VARIANTS).index(name))
 
 
 def start_all(folder: Path, emulators: Emulators) -> list[Server]:
@@ -76,8 +81,7 @@ def start_all(folder: Path, emulators: Emulators) -> list[Server]:
                       str(folder / "bare.db"), "--port", str(port)], folder / "bare.log")
         servers.append(Server("bare", bare, port, _nothing, 0))
         wait_http(bare, f"http://127.0.0.1:{port}/docs")
-        servers.append(floor_server(folder, "bare + 👀", [], slack, github))
-        servers.append(floor_server(folder, "bare + 👀, no row", ["--no-store"], slack, github))
+        servers += [floor_server(folder, name, slack, github) for name in VARIANTS]
         port = free_port()
         db = folder / "keel.db"
         config = keel_config(folder, emulators, db_url=f"sqlite:///{db}", port=port)
@@ -103,7 +107,7 @@ class Measured:
 
 
 async def one_run(servers: list[Server], first: int) -> dict[str, Measured]:
-    batches = [batch(first + n * PER_RUN, PER_RUN) for n in range(3)]
+    batches = [batch(first + n * PER_RUN, PER_RUN) for n in range(1 + len(VARIANTS))]
     measured: dict[str, Measured] = {}
     for server in servers:
         await server.settled()

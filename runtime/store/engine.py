@@ -36,6 +36,8 @@ UniqueViolation = IntegrityError
 
 DEFAULT_URL = "sqlite:///./keel.db"
 POOL_RECYCLE_S = 300
+# A hand-off thread's kept connection is closed after this long without a transaction.
+KEPT_IDLE_S = 60.0
 # libpq's own defaults wait for an unreachable or silent server as long as TCP does (minutes):
 # a connection attempt gives up after ``connect_timeout`` seconds, and an open connection
 # whose sent data goes unacknowledged for ``tcp_user_timeout`` ms, or whose idle peer stops
@@ -154,11 +156,15 @@ def _sqlite_engine(url: str, *, echo: bool) -> Engine:
 class Database:
     """Owns the engine, hands out transactions, and runs blocking work off the event loop."""
 
-    def __init__(self, engine: Engine, *, threads: int = 8) -> None:
+    def __init__(
+        self, engine: Engine, *, threads: int = 8, kept_idle_s: float = KEPT_IDLE_S
+    ) -> None:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-        self._threads = Threads(threads, "keel-db")
+        self._threads = Threads(
+            threads, "keel-db", on_idle=self._release_kept, idle_s=kept_idle_s
+        )
         # PostgreSQL: run transactions on the event loop's own thread (``run_on_loop``).
         self._on_loop = False
         # SQLite has one writer at a time; queueing writers of this process here is cheaper
@@ -264,6 +270,16 @@ class Database:
         with self._kept_transaction(kept, read_only=read_only, flush=flush) as session:
             return work(session)
 
+    def _release_kept(self) -> None:
+        """On a hand-off thread with nothing to do for a while: close the connection it
+        keeps, for good rather than into the pool. A burst leaves no connections open behind
+        it, and after ``run_on_loop`` the threads' connections (the loop's thread keeps its
+        own) are not held for the life of the process. The next transaction on this thread
+        opens another."""
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        if kept is not None:
+            kept.close(discard=True)
+
     def run_sync(self, work: Callable[[Session], T]) -> T:
         with self.transaction() as session:
             return work(session)
@@ -364,10 +380,14 @@ class _Kept:
         self.connection: Connection | None = None
         self.opened = 0.0
 
-    def close(self) -> None:
+    def close(self, *, discard: bool = False) -> None:
+        """Give the connection back to the pool, or with ``discard`` close it for good (the
+        pool keeps up to ``pool_size`` connections open that nobody uses)."""
         connection, self.connection = self.connection, None
         if connection is not None:
             with contextlib.suppress(Exception):  # a broken connection may fail to close
+                if discard:
+                    connection.invalidate()
                 connection.close()
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
 
@@ -24,9 +26,20 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]
 class Threads:
     """Up to ``size`` threads, started as calls find none idle."""
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(
+        self,
+        size: int,
+        name: str,
+        *,
+        on_idle: Callable[[], None] | None = None,
+        idle_s: float = 60.0,
+    ) -> None:
+        """``on_idle`` runs on a thread that has had no call for ``idle_s`` seconds, once per
+        such spell, on that thread: what it releases is that thread's own."""
         self._size = size
         self._name = name
+        self._on_idle = on_idle
+        self._idle_s = idle_s
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._threads: list[threading.Thread] = []
@@ -64,7 +77,7 @@ class Threads:
 
     def _serve(self) -> None:
         while True:
-            job = self._queue.get()
+            job = self._next()
             if job is None:
                 return
             loop, future, work = job
@@ -84,6 +97,19 @@ class Threads:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, future, result, error)
             del job, future, work, result, error
+
+
+    def _next(self) -> _Job | None:
+        if self._on_idle is None:
+            return self._queue.get()
+        try:
+            return self._queue.get(timeout=self._idle_s)
+        except queue.Empty:
+            try:
+                self._on_idle()
+            except Exception:  # a release that failed must not end the thread
+                log.exception("releasing an idle thread's resources failed")
+            return self._queue.get()
 
 
 def settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -56,6 +58,50 @@ async def test_bursts_of_reads_open_no_more_connections_than_there_are_threads(
         readers.close()
     assert answers == [1] * 120
     assert len(opened) <= 8, f"{len(opened)} connections opened for 15 bursts on 8 threads"
+
+
+def _is_closed(driver: Any) -> bool:
+    closed = getattr(driver, "closed", None)  # psycopg says so
+    if closed is not None:
+        return bool(closed)
+    try:  # sqlite3 refuses a closed connection
+        driver.execute("SELECT 1")
+    except sqlite3.ProgrammingError:
+        return True
+    return False
+
+
+async def test_a_thread_idle_for_a_while_closes_its_connection(database: Database) -> None:
+    """A kept connection serves back-to-back transactions; a hand-off thread that has had none
+    for ``kept_idle_s`` closes its own for good, not into the pool (so a burst, or a worker
+    that moved its transactions onto its loop, leaves no idle connections open), and its next
+    transaction opens another."""
+    pool: Any = database.engine.pool
+    idle = Database(database.engine, threads=2, kept_idle_s=0.3)
+    both_busy = threading.Barrier(2, timeout=5)  # two reads at once: one on each thread
+    drivers: list[Any] = []
+
+    def together(session: Transaction) -> int:
+        drivers.append(session.connection().connection.driver_connection)
+        both_busy.wait()
+        return int(session.execute(text("SELECT 1")).scalar_one())
+
+    try:
+        before = pool.checkedout()
+        assert await asyncio.gather(idle.read(together), idle.read(together)) == [1, 1]
+        assert pool.checkedout() == before + 2
+        assert len({id(d) for d in drivers}) == 2
+        assert not any(_is_closed(d) for d in drivers)
+        for _ in range(50):
+            if all(_is_closed(d) for d in drivers):
+                break
+            await asyncio.sleep(0.1)
+        assert all(_is_closed(d) for d in drivers), "idle threads kept their connections open"
+        assert pool.checkedout() == before
+        assert await idle.read(lambda s: int(s.execute(text("SELECT 2")).scalar_one())) == 2
+        assert pool.checkedout() == before + 1
+    finally:
+        idle.close()
 
 
 def _statement_is_its_own_transaction(session: Transaction) -> bool:

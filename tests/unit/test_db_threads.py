@@ -77,3 +77,32 @@ async def test_closing_ends_calls_still_queued_with_an_error_instead_of_leaving_
     assert await asyncio.wait_for(running, 5) is True
     with pytest.raises(RuntimeError, match="closed"):
         await asyncio.wait_for(queued, 5)
+
+
+async def test_a_thread_idle_for_a_while_releases_what_it_holds_on_itself_once() -> None:
+    released: list[str] = []
+    threads = Threads(
+        1, "t", on_idle=lambda: released.append(threading.current_thread().name), idle_s=0.1
+    )
+    try:
+        await threads.call(lambda: None)
+        await asyncio.sleep(0.5)  # several idle periods: one release for the spell
+        assert released == ["t_0"]
+        assert await threads.call(lambda: 42) == 42  # the thread still serves
+        await asyncio.sleep(0.3)
+        assert released == ["t_0", "t_0"]
+    finally:
+        threads.close()
+
+
+async def test_a_release_that_fails_leaves_the_thread_serving() -> None:
+    def fail() -> None:
+        raise OSError("could not close")
+
+    threads = Threads(1, "t", on_idle=fail, idle_s=0.05)
+    try:
+        await threads.call(lambda: None)
+        await asyncio.sleep(0.2)
+        assert await threads.call(lambda: 7) == 7
+    finally:
+        threads.close()

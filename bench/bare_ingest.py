@@ -43,6 +43,8 @@ if TYPE_CHECKING:  # imported when a 👀 is first sent: the baseline's memory i
 
 IN_FLIGHT = 50  # the most 👀 sent at once: Keel's outbox sends up to 50 due posts per round
 
+INSERT = ("INSERT INTO signals (provider, delivery_id, body, received_at) VALUES (?, ?, ?, ?)"
+          " ON CONFLICT DO NOTHING")
 SCHEMA = """CREATE TABLE IF NOT EXISTS signals (
     id INTEGER PRIMARY KEY, provider TEXT NOT NULL, delivery_id TEXT NOT NULL,
     body TEXT NOT NULL, received_at REAL NOT NULL, UNIQUE (provider, delivery_id))"""
@@ -76,7 +78,6 @@ class Eyes:
 
     def __init__(self, slack_api: str, github_api: str) -> None:
         self.slack_api, self.github_api = slack_api, github_api.rstrip("/")
-        self.pending = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._gate: asyncio.Semaphore | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -100,15 +101,17 @@ class Eyes:
         repo, comment = payload["repository"]["full_name"], payload["comment"]["id"]
         self._start(self._github_eyes(f"/repos/{repo}/issues/comments/{comment}/reactions"))
 
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
-        self.pending += 1
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self.pending -= 1
         if not task.cancelled() and task.exception() is not None:
             print(f"a 👀 failed: {task.exception()!r}", file=sys.stderr)
 
@@ -152,10 +155,7 @@ class GroupInsert:
                 except queue.Empty:
                     break
             self._conn.execute("BEGIN IMMEDIATE")
-            new = [self._conn.execute(
-                "INSERT INTO signals (provider, delivery_id, body, received_at)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", row).rowcount == 1
-                for row, _, _ in batch]
+            new = [self._conn.execute(INSERT, row).rowcount == 1 for row, _, _ in batch]
             self._conn.execute("COMMIT")
             loop = batch[0][1]  # one event loop serves the app
             outcomes = [(done, n) for (_, _, done), n in zip(batch, new, strict=True)]
@@ -179,11 +179,7 @@ def create_bare_app(
         if not store:
             return True
         conn.execute("BEGIN IMMEDIATE")
-        cursor = conn.execute(
-            "INSERT INTO signals (provider, delivery_id, body, received_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING",
-            (provider, delivery_id, body.decode("utf-8"), time.time()),
-        )
+        cursor = conn.execute(INSERT, (provider, delivery_id, body.decode("utf-8"), time.time()))
         conn.execute("COMMIT")
         return cursor.rowcount == 1
 

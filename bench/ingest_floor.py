@@ -34,10 +34,17 @@ from pathlib import Path
 import httpx
 
 from bench.emulators import Emulators, start_emulators
-from bench.ingest import CONNECTIONS, DEADLINE_S, PER_RUN, RATIO_TARGET, batch, settle
+from bench.ingest import (
+    CONNECTIONS,
+    DEADLINE_S,
+    PER_RUN,
+    RATIO_TARGET,
+    batch,
+    settle,
+    start_servers,
+)
 from bench.load import closed_loop
 from bench.procs import Proc, free_port, start, wait_http
-from bench.world import keel_config
 
 RUNS = 5
 STRIDE = 4 * PER_RUN  # deliveries numbered per run: a batch for bare and keel, one per variant
@@ -73,27 +80,18 @@ def floor_server(folder: Path, name: str, slack: str, github: str) -> Server:
 
 
 def start_all(folder: Path, emulators: Emulators) -> list[Server]:
+    """bench.ingest's Keel and bare endpoint, then the bare endpoint's variants."""
     slack, github = emulators.slack_url + "/api/", emulators.github_url
-    servers: list[Server] = []
+    both = start_servers(folder, emulators)
+    servers = [Server("bare", both.bare, both.bare_port, _nothing, 0)]
     try:
-        port = free_port()
-        bare = start([sys.executable, "-m", "bench.bare_ingest", "--db",
-                      str(folder / "bare.db"), "--port", str(port)], folder / "bare.log")
-        servers.append(Server("bare", bare, port, _nothing, 0))
-        wait_http(bare, f"http://127.0.0.1:{port}/docs")
         servers += [floor_server(folder, name, slack, github) for name in VARIANTS]
-        port = free_port()
-        db = folder / "keel.db"
-        config = keel_config(folder, emulators, db_url=f"sqlite:///{db}", port=port)
-        keel = start([sys.executable, "-m", "bench.keel_http", "--config", str(config)],
-                     folder / "keel.log")
-        servers.append(Server("keel", keel, port, lambda: settle(db), 0))
-        wait_http(keel, f"http://127.0.0.1:{port}/readyz")
     except BaseException:
+        both.keel.stop()
         for server in servers:
             server.proc.stop()
         raise
-    return servers
+    return [*servers, Server("keel", both.keel, both.keel_port, lambda: settle(both.keel_db), 0)]
 
 
 async def _nothing() -> None:

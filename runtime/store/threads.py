@@ -98,7 +98,6 @@ class Threads:
                 loop.call_soon_threadsafe(settle, future, result, error)
             del job, future, work, result, error
 
-
     def _next(self) -> _Job | None:
         if self._on_idle is None:
             return self._queue.get()

@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from adapters.github.client import GitHubClient
+from runtime.errors import KeelError
 from runtime.tools.base import Completed, Effect, Pending, ToolContext, Unknown
-from runtime.workspace.git import git
+from runtime.workspace.git import is_sha, workspace_git
 
 RepoFor = Callable[[str], Awaitable[str]]
 """The ``owner/name`` a task works on, given its task id."""
@@ -54,8 +55,13 @@ def call_key(ctx: ToolContext) -> str:
 
 
 async def workspace_head(ctx: ToolContext) -> str | None:
-    """The sha the task's workspace has checked out, if it has one."""
+    """The sha the task's workspace has checked out, if it has one (read inside the sandbox,
+    like every git that reads a workspace)."""
     if ctx.workspace is None:
         return None
-    found = await git(["rev-parse", "HEAD"], cwd=ctx.workspace)
-    return found.stdout.strip() if found.ok else None
+    try:
+        found = await workspace_git(ctx.workspace, ["rev-parse", "--verify", "-q", "HEAD"])
+    except KeelError:
+        return None
+    sha = found.stdout.strip()
+    return sha if found.ok and is_sha(sha) else None

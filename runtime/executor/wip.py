@@ -18,7 +18,7 @@ from runtime.executor.context import ExecutorContext
 from runtime.store import ledger
 from runtime.store.records import Task
 from runtime.tools.base import Completed, Tool, ToolContext
-from runtime.workspace.git import git
+from runtime.workspace.git import workspace_git
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ async def save_work(task: Task, ctx: ExecutorContext, grants: int) -> Saved | No
 async def _commit(commit: Tool, task: Task, ws: Path, call_id: str) -> Completed | None:
     here = ToolContext(task.task_id, task.root_id, call_id, task.depth, ws)
     args = {"message": MESSAGE}
-    status = await git(["status", "--porcelain"], cwd=ws)
+    status = await workspace_git(ws, ["status", "--porcelain"])
     if status.ok and status.stdout.strip():
         started = await commit.start(args, here)
         return started if isinstance(started, Completed) else None

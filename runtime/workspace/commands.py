@@ -1,4 +1,5 @@
-"""Detached command executions under ``<workspace>/.keel/exec/<exec id>/``.
+"""Detached command executions, recorded in ``exec/<exec id>/`` of the workspace's state
+folder (``runtime.workspace.state``: beside the workspace, where no command can reach).
 
 The folder is the execution's whole record, so any process can find it again: ``meta.json``
 (command, timeout, creation time), ``run.sh`` (the wrapper), ``pid``, ``started_at``,
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.workspace.process import run_process
-from runtime.workspace.sandbox import EXEC_ROOT, HOME, Sandbox
+from runtime.workspace.sandbox import Sandbox
+from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
 LAUNCH_GRACE_S = 30.0  # a folder with no pid after this long was never launched
 Outcome = Literal["exited", "timed_out", "stopped", "lost"]
@@ -58,7 +60,7 @@ class CommandRun:
 
     @property
     def folder(self) -> Path:
-        return self.workspace / EXEC_ROOT / self.exec_id
+        return WorkspaceState(self.workspace).exec_root / self.exec_id
 
     def log_path(self, stream: Literal["stdout", "stderr"]) -> Path:
         return self.folder / stream
@@ -86,12 +88,12 @@ def read_meta(run: CommandRun) -> Meta | None:
 async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox) -> bool:
     """Start ``command`` detached; False (and nothing started) if this execution exists."""
     isolation = await sandbox.isolation()  # before claiming, so a refusal leaves no trace
-    run.folder.parent.mkdir(parents=True, exist_ok=True)
+    WorkspaceState(run.workspace).ensure()
     try:
         run.folder.mkdir()
     except FileExistsError:
+        ensure_real_dir(run.folder)
         return False
-    (run.workspace / HOME).mkdir(parents=True, exist_ok=True)
     meta = {
         "command": command,
         "timeout_s": timeout_s,

@@ -1,27 +1,44 @@
 """Git invocations for workspaces and devbox tools: argv, environment, token handling.
 
+Two kinds of git run here, and they never meet:
+
+- ``workspace_git`` reads and writes a workspace (add, commit, status, apply, rev-parse):
+  every byte there, ``.git`` included, may have been written by a sandboxed command or
+  shipped by the repository, so it runs inside the sandbox too, with no network and nothing
+  but the system directories, the workspace and its ``/tmp``. Whatever its configuration makes
+  git run (filters, fsmonitor, hooks, gpg, pagers, ``include.path`` ...) runs in there.
+- ``git`` is Keel's trusted git, for Keel's own repositories (the clone, the workspace's
+  ``mirror.git``) and remotes. It never reads a workspace: it starts with no system or global
+  configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), no system
+  attributes, redirects off, and pushes to the URL Keel recorded, not to a remote's name.
+
 A token for an HTTPS remote reaches git through a credential helper: the helper is configured
 with git's ``GIT_CONFIG_*`` environment (the equivalent of ``-c credential.helper=...``, but
 out of the argv) and prints the token from the child's environment when git asks for it. The
 token is never part of any argv (visible in ``ps``: the helper's own command line names only
 the variable), the remote URL, ``.git/config``, a metadata file or a log line, and any text
-git prints back is redacted before it leaves this module. Git asks the helper only for the
-remote it is talking to, and only once the remote demanded credentials.
+git prints back is redacted before it leaves this module. The helper answers only for the
+protocol and host Keel meant (``KEEL_GIT_ORIGIN``), and only once that remote demanded
+credentials; redirects are not followed, so a token never travels to another host.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from runtime.errors import ConfigError
-from runtime.workspace.process import ProcessResult, run_process
+from runtime.errors import ConfigError, Permanent
+from runtime.workspace.process import ProcessResult, run_pipeline, run_process
+from runtime.workspace.sandbox import Isolation, Sandbox, SandboxMode, confined
+from runtime.workspace.state import WorkspaceState
 
-# Repository content is untrusted: hooks and fsmonitor would run its code outside the sandbox.
+# Belt and braces for Keel's trusted git, whose only configuration is Keel's own: no hooks,
+# no fsmonitor, no ext:: transport, no redirects carrying a token elsewhere.
 HARDENING: tuple[str, ...] = (
     "-c",
     "core.hooksPath=/dev/null",
@@ -29,8 +46,19 @@ HARDENING: tuple[str, ...] = (
     "core.fsmonitor=false",
     "-c",
     "protocol.ext.allow=never",
+    "-c",
+    "http.followRedirects=false",
 )
-IDENTITY: tuple[str, ...] = ("-c", "user.name=Keel", "-c", "user.email=keel@localhost")
+ISOLATED_CONFIG = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "true",
+    "SSH_ASKPASS": "true",
+    "LANG": "C",
+    "LC_ALL": "C",
+}
 _PASSTHROUGH = (
     "PATH",
     "HOME",
@@ -70,19 +98,36 @@ def uses_https(repo_url: str) -> bool:
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 TOKEN_VARIABLE = "KEEL_GIT_TOKEN"
-# Answers git's "get" with the token from the environment; ignores "store" and "erase".
-# printf is a shell builtin, so the token is in no process's argv either.
+ORIGIN_VARIABLE = "KEEL_GIT_ORIGIN"
+# Answers git's "get" with the token from the environment, only when git asks about the
+# protocol and host Keel meant; ignores "store" and "erase". read, case and printf are shell
+# builtins, so the token is in no process's argv either.
 CREDENTIAL_HELPER = (
-    "!f() { test \"$1\" = get && "
+    "!f() { test \"$1\" = get || return 0; p=; h=; "
+    "while IFS= read -r l; do case \"$l\" in protocol=*) p=${l#protocol=};; "
+    "host=*) h=${l#host=};; esac; done; "
+    f"test \"$p://$h\" = \"${ORIGIN_VARIABLE}\" && "
     f"printf 'username=x-access-token\\npassword=%s\\n' \"${TOKEN_VARIABLE}\"; }}; f"
 )
 
 
-def auth_env(token: str) -> dict[str, str]:
+def credential_origin(url: str) -> str:
+    """``scheme://host[:port]`` as git names it to a credential helper."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}"
+
+
+def auth_env(token: str, url: str) -> dict[str, str]:
     """Git config entries given through the environment, as ``-c`` would, but out of argv:
-    the empty helper first clears any helper the user configured, then ours answers."""
+    the empty helper first clears any helper configured anywhere, then ours answers, for
+    ``url``'s host only."""
     return {
         TOKEN_VARIABLE: token,
+        ORIGIN_VARIABLE: credential_origin(url),
         "GIT_CONFIG_COUNT": "2",
         "GIT_CONFIG_KEY_0": "credential.helper",
         "GIT_CONFIG_VALUE_0": "",
@@ -91,11 +136,16 @@ def auth_env(token: str) -> dict[str, str]:
     }
 
 
-def git_command(args: Sequence[str], *, token: str | None = None) -> GitCommand:
+def git_command(
+    args: Sequence[str], *, token: str | None = None, url: str | None = None
+) -> GitCommand:
+    """Keel's trusted git: ``token`` is offered only to ``url``'s host."""
     env = {key: os.environ[key] for key in _PASSTHROUGH if key in os.environ}
-    env |= {"LANG": "C", "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    env |= ISOLATED_CONFIG
     if token:
-        env |= auth_env(token)
+        if url is None:
+            raise ValueError("a token goes with the URL it is for")
+        env |= auth_env(token, url)
     return GitCommand(argv=("git", *HARDENING, *args), env=env)
 
 
@@ -113,11 +163,13 @@ async def git(
     *,
     cwd: Path | None = None,
     token: str | None = None,
+    url: str | None = None,
     stdin: bytes | None = None,
     timeout_s: float = 300.0,
 ) -> ProcessResult:
-    """Run one git command; its output comes back with any token redacted."""
-    command = git_command(args, token=token)
+    """Run one trusted git command (never in a workspace: see ``workspace_git``); its output
+    comes back with any token redacted."""
+    command = git_command(args, token=token, url=url)
     result = await run_process(
         command.argv, cwd=cwd, env=command.env, stdin=stdin, timeout_s=timeout_s
     )
@@ -127,3 +179,117 @@ async def git(
         stdout=redact(result.stdout, token),
         stderr=redact(result.stderr, token),
     )
+
+
+# -- git in a workspace: always inside the sandbox -------------------------------------------
+
+_SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+WORKSPACE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Given through the environment, which outranks every configuration file git reads: the
+# workspace's hooks and fsmonitor would only run inside the sandbox anyway, but they must
+# not change what Keel's own commands do there either.
+_WORKSPACE_CONFIG = {
+    "GIT_CONFIG_COUNT": "3",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+    "GIT_CONFIG_KEY_2": "commit.gpgSign",
+    "GIT_CONFIG_VALUE_2": "false",
+    "GIT_AUTHOR_NAME": "Keel",
+    "GIT_AUTHOR_EMAIL": "keel@localhost",
+    "GIT_COMMITTER_NAME": "Keel",
+    "GIT_COMMITTER_EMAIL": "keel@localhost",
+}
+
+
+def is_sha(text: str) -> bool:
+    return bool(_SHA.fullmatch(text))
+
+
+async def workspace_isolation(ws: Path) -> Isolation:
+    """The isolation the workspace was made with (Keel's record of it), refusing as the
+    sandbox refuses: without bubblewrap only an explicit ``none`` runs anything."""
+    record = WorkspaceState(ws).read_record() or {}
+    mode = record.get("sandbox", "auto")
+    checked: SandboxMode = mode if mode in ("auto", "bwrap", "none") else "auto"
+    return await Sandbox(mode=checked).isolation()
+
+
+async def _workspace_command(ws: Path, argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    isolation = await workspace_isolation(ws)
+    env = ISOLATED_CONFIG | _WORKSPACE_CONFIG | {
+        "PATH": WORKSPACE_PATH,
+        "GIT_CEILING_DIRECTORIES": str(ws.absolute().parent),
+    }
+    if isolation == "none":
+        home = WorkspaceState(ws).ensure().home
+        return list(argv), env | {"HOME": str(home)}
+    wrapped = confined(argv, ws, env | {"HOME": "/tmp"})
+    return wrapped, {"PATH": os.environ.get("PATH", WORKSPACE_PATH)}
+
+
+async def workspace_run(
+    ws: Path, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float = 300.0
+) -> ProcessResult:
+    """Run ``argv`` (git, or a short script of git commands) in the workspace, sandboxed."""
+    command, env = await _workspace_command(ws, argv)
+    result = await run_process(command, cwd=ws, env=env, stdin=stdin, timeout_s=timeout_s)
+    return ProcessResult(tuple(argv), result.returncode, result.stdout, result.stderr)
+
+
+async def workspace_git(
+    ws: Path, args: Sequence[str], *, stdin: bytes | None = None, timeout_s: float = 300.0
+) -> ProcessResult:
+    """``git args`` in the workspace, inside the sandbox; the result names ``args`` only."""
+    result = await workspace_run(ws, ["git", *args], stdin=stdin, timeout_s=timeout_s)
+    return ProcessResult(tuple(args), result.returncode, result.stdout, result.stderr)
+
+
+# Prints "keel-head <sha>" on stderr, then a pack of HEAD's commit and everything it needs,
+# less what the commits named on stdin (Keel's mirror already has them) bring.
+_PACK_HEAD = (
+    'sha=$(git rev-parse --verify -q "HEAD^{commit}") || '
+    '{ echo "the workspace has no commit at HEAD" >&2; exit 3; }; '
+    'echo "keel-head $sha" >&2; '
+    '{ echo "$sha"; while IFS= read -r b; do '
+    'git cat-file -e "$b^{commit}" 2>/dev/null && echo "^$b"; done; } '
+    "| git pack-objects --revs --stdout -q"
+)
+MAX_PACK_BYTES = 2 * 2**30
+
+
+async def import_head(ws: Path, mirror: Path, timeout_s: float = 900.0) -> str:
+    """Bring the workspace's HEAD commit into Keel's mirror and return its sha.
+
+    The workspace's git packs the objects inside the sandbox; the mirror's ``index-pack``
+    checks every object of that stream as it would a fetch's. No git of Keel's reads the
+    workspace's repository or its configuration.
+    """
+    known = await git(["--git-dir", str(mirror), "for-each-ref", "--format=%(objectname)"])
+    bases = "\n".join(sorted(set(known.stdout.split()))) + "\n"
+    pack, env = await _workspace_command(ws, ["bash", "-c", _PACK_HEAD])
+    index = git_command(
+        ["--git-dir", str(mirror), "index-pack", "--stdin", f"--max-input-size={MAX_PACK_BYTES}"]
+    )
+    produced, indexed = await run_pipeline(
+        pack,
+        index.argv,
+        first_env=env,
+        second_env=index.env,
+        cwd=ws,
+        second_cwd=mirror,
+        stdin=bases.encode(),
+        timeout_s=timeout_s,
+    )
+    lines = produced.stderr.splitlines()
+    heads = [line.split()[1] for line in lines if line.startswith("keel-head ")]
+    if not produced.ok or not heads or not is_sha(heads[-1]):
+        raise Permanent(f"could not pack the workspace's HEAD: {produced.stderr.strip()[-500:]}")
+    if not indexed.ok:
+        raise Permanent(f"the workspace's objects were refused: {indexed.stderr.strip()[-500:]}")
+    sha = heads[-1]
+    present = await git(["--git-dir", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"])
+    if not present.ok:
+        raise Permanent(f"commit {sha} did not arrive in Keel's copy of the repository")
+    return sha

@@ -1,25 +1,29 @@
 """How a devbox command is confined: bubblewrap isolation, a scrubbed environment, rlimits.
 
-``auto`` uses bubblewrap when it is installed and works here, and otherwise falls back to
-``none`` with one warning per process; ``bwrap`` insists on it.
+``auto`` and ``bwrap`` both insist on bubblewrap: when it is missing or cannot start, no
+command runs and the error says how to fix it. Only an explicit ``none`` runs commands
+unsandboxed, and ``keel config check`` and ``/readyz`` warn about it.
 
-Under bubblewrap a command sees a filesystem built for it, not the host's:
+Under bubblewrap a command sees a filesystem built for it, not the host's, assembled only from
+paths Keel created or the operator configured, never from anything in the workspace:
 
 - the system directories read-only (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``), with
   the host's secrets in ``/etc`` (shadow files, sudoers, SSH host keys, ``/etc/keel``) masked;
-- its own workspace read-write, with the execution records inside it read-only (a command
-  cannot forge its own exit code), and a private ``/tmp`` kept in the workspace;
+- its own workspace read-write; a private ``/tmp`` and ``$HOME`` from the workspace's state
+  folder beside it (``runtime.workspace.state``), which no command can see or replace;
 - the toolchains on PATH read-only: each PATH directory, a virtualenv's whole root and the
-  prefix of its interpreter, a pyenv root for its shims, and the same for any virtualenv
-  inside the workspace; plus the configured ``workspace.readonly_paths``;
+  prefix of its interpreter, a pyenv root for its shims; plus ``workspace.readonly_paths``.
+  A ``pyvenv.cfg`` inside the workspace adds nothing: its interpreter must already be shown;
 - a fresh ``/dev`` and a ``/proc`` of its own PID namespace.
 
-Nothing else exists inside: not ``/root``, ``/home``, ``/var/lib``, other workspaces, nor
-Keel's database or configuration (``hidden``, masked again should a toolchain path contain
-them). The network is a fresh empty namespace unless allowed, and the environment is rebuilt
-from an allow-list so no Keel, Slack, GitHub or model-provider secret reaches repository code.
-Resource limits (CPU seconds, address space, file size, which also bounds the captured
-output) apply in both modes through ``prlimit``.
+It runs in a user namespace with every capability dropped (``CapEff`` 0 even when Keel runs
+as root), with no new privileges and no further user namespaces. Nothing else exists inside:
+not ``/root``, ``/home``, ``/var/lib``, other workspaces, nor Keel's database or configuration
+(``hidden``, masked again should a toolchain path contain them). The network is a fresh empty
+namespace unless allowed, and the environment is rebuilt from an allow-list so no Keel,
+Slack, GitHub or model-provider secret reaches repository code. Resource limits (CPU seconds,
+address space, file size, which also bounds the captured output) apply in both modes through
+``prlimit``.
 """
 
 from __future__ import annotations
@@ -35,15 +39,13 @@ from typing import Literal
 
 from runtime.errors import ConfigError
 from runtime.workspace.process import run_process
+from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
 log = logging.getLogger(__name__)
 
 SandboxMode = Literal["auto", "bwrap", "none"]
 Isolation = Literal["bwrap", "none"]
 SECRET_PREFIXES = ("KEEL_", "SLACK_", "GITHUB_", "GH_", "OPENAI_", "ANTHROPIC_", "AWS_")
-HOME = Path(".keel") / "home"  # inside the workspace but excluded from commits
-TMP = Path(".keel") / "tmp"  # the command's /tmp
-EXEC_ROOT = Path(".keel") / "exec"  # execution records: read-only to the commands they record
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 ETC_SECRETS = (
@@ -51,8 +53,21 @@ ETC_SECRETS = (
     "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd", "/etc/keel",
 )
 
+# Never shown, whatever PATH, readonly_paths or a virtualenv names: the kernel's views of
+# the host and the whole filesystem.
+NEVER_SHOWN = ("/proc", "/sys", "/dev", "/run")
+NAMESPACES = (
+    "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+    "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+)
+HOW_TO_FIX = (
+    "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces "
+    "(or run Keel outside a seccomp profile that forbids them), or set workspace.sandbox: "
+    "none to run repository code unsandboxed, with access to Keel's secrets"
+)
+
 _bwrap_works: bool | None = None
-_warned_fallback = False
+_bwrap_problem = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +91,18 @@ class Sandbox:
         match self.mode:
             case "none":
                 return "none"
-            case "bwrap":
+            case "bwrap" | "auto":
                 if not await bwrap_works():
-                    raise ConfigError("workspace.sandbox is 'bwrap' but bubblewrap is unusable")
+                    raise ConfigError(
+                        f"workspace.sandbox is {self.mode!r} but bubblewrap cannot start here "
+                        f"({bwrap_problem()}); no command was run. To fix: {HOW_TO_FIX}"
+                    )
                 return "bwrap"
-            case "auto":
-                if await bwrap_works():
-                    return "bwrap"
-                _warn_fallback_once()
-                return "none"
 
     def env(self, workspace: Path) -> dict[str, str]:
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": str(workspace / HOME),
+            "HOME": str(WorkspaceState(workspace).home),
             "LANG": "C.UTF-8",
             "TERM": "dumb",
         }
@@ -99,29 +112,29 @@ class Sandbox:
     def wrap(self, argv: Sequence[str], workspace: Path, isolation: Isolation) -> list[str]:
         """``argv`` as it must be executed: limits inside, bubblewrap outside when isolating."""
         limited = [*self._prlimit(), *argv]
+        state = WorkspaceState(workspace).ensure()
         if isolation == "none":
             return limited
-        (workspace / TMP).mkdir(parents=True, exist_ok=True)
-        return [*self._bwrap(workspace), "--", *limited]
+        return [*self._bwrap(workspace, state), "--", *limited]
 
-    def _bwrap(self, workspace: Path) -> list[str]:
-        ws = str(workspace)
+    def _bwrap(self, workspace: Path, state: WorkspaceState) -> list[str]:
+        ws = str(workspace.absolute())
+        ensure_real_dir(workspace)
         # No --die-with-parent: the parent is the detached wrapper, and a command must outlive
         # the worker that started it; timeouts kill the whole process group instead. No
         # --new-session either, so that group still contains the sandboxed processes.
         args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
-        args += ["--bind", str(workspace / TMP), "/tmp"]
+        args += ["--bind", str(state.tmp), "/tmp"]
         shown = toolchain_roots(self.env(workspace)["PATH"], workspace, self.readonly_paths)
+        shown = [root for root in shown if not _within(Path(root), [str(h) for h in self.hidden])]
         for root in shown:
             args += ["--ro-bind", root, root]
         if self.network:
             args += _resolver_binds()
         secrets = [*map(Path, ETC_SECRETS), *Path("/etc/ssh").glob("ssh_host_*key"), *self.hidden]
         args += _masks(secrets, visible=[*SYSTEM_DIRS, *shown])
-        args += ["--bind", ws, ws, "--chdir", ws]
-        records = str(workspace / EXEC_ROOT)
-        args += ["--ro-bind-try", records, records]
-        args += ["--unshare-pid", "--unshare-ipc"]
+        args += ["--bind", ws, ws, "--bind", str(state.home), str(state.home), "--chdir", ws]
+        args += NAMESPACES
         if not self.network:
             args.append("--unshare-net")
         args.append("--clearenv")
@@ -158,16 +171,19 @@ def toolchain_roots(path: str, workspace: Path, extra: Iterable[Path] = ()) -> l
     Every PATH directory and the interpreter Keel runs on (configured commands name it, as the
     demo does). A virtualenv's ``bin`` brings its root (its packages live beside ``bin``) and
     the prefix of the interpreter it was made from (``home`` in ``pyvenv.cfg``, often under
-    ``/root/.pyenv`` or ``/opt``); a pyenv ``shims`` directory brings its pyenv root. The
-    repository's own virtualenvs are in the workspace already, but their interpreters are not.
+    ``/root/.pyenv`` or ``/opt``); a pyenv ``shims`` directory brings its pyenv root. Nothing
+    in the workspace chooses a mount: a virtualenv the repository makes works when its
+    interpreter is one of these, and PATH entries inside the workspace are skipped (their
+    ``pyvenv.cfg`` is the repository's to write). ``/``, ``/proc``, ``/sys``, ``/dev`` and
+    ``/run`` are never shown, whoever names them.
     """
     candidates = [Path(p) for p in path.split(os.pathsep) if p]
     candidates.append(Path(sys.executable).parent)
     roots: list[Path] = [Path(p) for p in extra if Path(p).is_absolute() and Path(p).exists()]
-    for cfg in workspace.glob("*/pyvenv.cfg"):
-        roots += _interpreter_prefix(cfg)
     for directory in candidates:
         if not directory.is_absolute() or not directory.is_dir():
+            continue
+        if _within(directory, [str(workspace)]):
             continue
         venv = directory.parent / "pyvenv.cfg"
         if venv.is_file():
@@ -178,6 +194,8 @@ def toolchain_roots(path: str, workspace: Path, extra: Iterable[Path] = ()) -> l
             roots.append(directory)
     shown: list[str] = []
     for root in roots:
+        if _forbidden(root):
+            continue
         if _within(root, [*SYSTEM_DIRS, *shown]) or _within(root, [str(workspace)]):
             continue
         shown = [s for s in shown if not _within(Path(s), [str(root)])] + [str(root)]
@@ -192,6 +210,12 @@ def _interpreter_prefix(pyvenv_cfg: Path) -> list[Path]:
             prefix = home.parent if home.name == "bin" else home
             return [prefix] if prefix.is_absolute() and prefix.is_dir() else []
     return []
+
+
+def _forbidden(root: Path) -> bool:
+    """Roots whose mount would hand the host over: ``/`` itself, or its kernel views."""
+    resolved = root.resolve()
+    return resolved == Path("/") or _within(resolved, NEVER_SHOWN)
 
 
 def _within(path: Path, roots: Iterable[str]) -> bool:
@@ -226,22 +250,42 @@ def _resolver_binds() -> list[str]:
 
 
 async def bwrap_works() -> bool:
-    global _bwrap_works
+    """Whether bubblewrap starts here with every namespace a command gets (probed once)."""
+    global _bwrap_works, _bwrap_problem
     if _bwrap_works is None:
-        _bwrap_works = shutil.which("bwrap") is not None and await _probe_bwrap()
+        if shutil.which("bwrap") is None:
+            _bwrap_works, _bwrap_problem = False, "bubblewrap is not installed"
+        else:
+            _bwrap_works, _bwrap_problem = await _probe_bwrap()
     return _bwrap_works
 
 
-async def _probe_bwrap() -> bool:
-    probe = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
+def bwrap_problem() -> str:
+    """Why the last probe found bubblewrap unusable ("" when it works or was not probed)."""
+    return _bwrap_problem
+
+
+async def _probe_bwrap() -> tuple[bool, str]:
+    probe = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc", *NAMESPACES]
     result = await run_process([*probe, "--unshare-net", "true"], timeout_s=30)
-    if not result.ok:
-        log.warning("bubblewrap is installed but failed its probe: %s", result.stderr.strip())
-    return result.ok
+    if result.ok:
+        return True, ""
+    problem = result.stderr.strip()[-300:] or f"exit code {result.returncode}"
+    log.warning("bubblewrap is installed but failed its probe: %s", problem)
+    return False, f"bubblewrap failed to start: {problem}"
 
 
-def _warn_fallback_once() -> None:
-    global _warned_fallback
-    if not _warned_fallback:
-        _warned_fallback = True
-        log.warning("bubblewrap unavailable: workspace.sandbox=auto runs commands unsandboxed")
+def confined(argv: Sequence[str], workspace: Path, env: Mapping[str, str]) -> list[str]:
+    """``argv`` in the narrowest sandbox: the system directories, the workspace and its
+    ``/tmp``, no network. For Keel's own git in a workspace, which needs no toolchain."""
+    state = WorkspaceState(workspace).ensure()
+    ensure_real_dir(workspace)
+    ws = str(workspace.absolute())
+    secrets = [*map(Path, ETC_SECRETS), *Path("/etc/ssh").glob("ssh_host_*key")]
+    args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
+    args += _masks(secrets, visible=SYSTEM_DIRS)
+    args += ["--bind", str(state.tmp), "/tmp", "--bind", ws, ws, "--chdir", ws]
+    args += [*NAMESPACES, "--unshare-net", "--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    return [*args, "--", *argv]

@@ -1,19 +1,19 @@
 """Workspaces: one git checkout per root task, reused across ticks and processes.
 
 A workspace is ``<root>/<root_task_id>``: a clone of the task's repository at the requested
-ref plus ``.keel/workspace.json`` recording what it was cloned from (``.keel/`` is listed in
-``.git/info/exclude`` so it is never committed). A workspace whose checkout or record is
-missing, corrupt or for another source is rebuilt, never used as if it were right. Clones
-land in a staging folder and are renamed into place, so a crash mid-clone leaves nothing
-that looks valid.
+ref. What Keel needs to know about it lives in its state folder beside it
+(``<root>/.keel-state/<root_task_id>``, see ``runtime.workspace.state``), never inside it:
+``workspace.json`` records the URL it was cloned from (where pushes go), the ref, the remote's
+default branch as the remote reported it, and the sandbox mode; ``mirror.git`` is a bare clone
+that Keel's own git pushes from. A workspace whose checkout or record is missing, corrupt or
+for another source is rebuilt, never used as if it were right. Clones land in a staging folder
+and are renamed into place, so a crash mid-clone leaves nothing that looks valid.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import re
 import shutil
 import time
@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runtime.errors import ConfigError, NotFound, Retryable
-from runtime.workspace.git import check_repo_url, git, uses_https
+from runtime.workspace.git import check_repo_url, git, uses_https, workspace_git
 from runtime.workspace.sandbox import Sandbox, SandboxMode
+from runtime.workspace.state import WorkspaceState, is_real_dir
 
 log = logging.getLogger(__name__)
 
-METADATA = Path(".keel") / "workspace.json"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -71,9 +71,11 @@ class Workspaces:
         async with self._locks.setdefault(spec.root_task_id, asyncio.Lock()):
             if await is_valid(path, spec):
                 return path
-            if path.exists():
-                log.warning("workspace %s is invalid for %s; recreating it", path, spec.repo_url)
-                await asyncio.to_thread(shutil.rmtree, path)
+            state = WorkspaceState(path)
+            for stale in (path, state.root):
+                if stale.exists() or stale.is_symlink():
+                    log.warning("workspace %s is invalid for %s; recreating", path, spec.repo_url)
+                    await asyncio.to_thread(_remove, stale)
             await self._create(path, spec, token)
             return path
 
@@ -81,15 +83,17 @@ class Workspaces:
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.root / f".staging-{spec.root_task_id}-{uuid.uuid4().hex[:8]}"
         try:
-            await clone(spec, staging, token)
+            await clone(spec, staging, token, self.sandbox.mode)
             try:
                 staging.rename(path)
+                WorkspaceState(staging).root.rename(WorkspaceState(path).root)
             except OSError:
                 if not await is_valid(path, spec):  # another process won the race
                     raise
         finally:
-            if staging.exists():
-                await asyncio.to_thread(shutil.rmtree, staging, True)
+            for leftover in (staging, WorkspaceState(staging).root):
+                if leftover.exists():
+                    await asyncio.to_thread(shutil.rmtree, leftover, True)
 
 
 def clone_source(repo_url: str) -> str:
@@ -101,50 +105,67 @@ def clone_source(repo_url: str) -> str:
     return str(local)
 
 
-async def clone(spec: WorkspaceSpec, dest: Path, token: str | None) -> None:
+async def clone(
+    spec: WorkspaceSpec, dest: Path, token: str | None, sandbox: SandboxMode = "auto"
+) -> None:
+    """Clone the remote into Keel's mirror (the only git that talks to it with the token),
+    then check the workspace out of the mirror. Both are new folders nothing else has
+    touched, so Keel's trusted git may work in them; from here on only sandboxed git does."""
     source = clone_source(spec.repo_url)
     auth = token if uses_https(source) else None
     if token and auth is None:
         log.warning("not sending the token for %s: it is not an HTTPS URL", spec.repo_url)
-    result = await git(["clone", "--quiet", "--", source, str(dest)], token=auth, timeout_s=900)
+    state = WorkspaceState(dest).ensure()
+    mirror = str(state.mirror)
+    result = await git(
+        ["clone", "--bare", "--quiet", "--", source, mirror],
+        token=auth,
+        url=source if auth else None,
+        timeout_s=900,
+    )
     if not result.ok:
         raise Retryable(f"git clone of {spec.repo_url} failed: {result.stderr.strip()[-500:]}")
+    default = await git(["--git-dir", mirror, "symbolic-ref", "--short", "-q", "HEAD"])
+    local = await git(["clone", "-q", "--no-hardlinks", "--", mirror, str(dest)], timeout_s=900)
+    if not local.ok:
+        raise Retryable(f"checking out {spec.repo_url} failed: {local.stderr.strip()[-500:]}")
+    await git(["-C", str(dest), "remote", "set-url", "origin", source])
     if spec.ref:
-        checkout = await git(["checkout", "--quiet", spec.ref, "--"], cwd=dest)
+        checkout = await git(["-C", str(dest), "checkout", "--quiet", spec.ref, "--"])
         if not checkout.ok:
             raise NotFound(f"ref {spec.ref!r} not found in {spec.repo_url}: {checkout.stderr}")
-    head = await git(["rev-parse", "HEAD"], cwd=dest)
-    write_metadata(dest, spec, head.stdout.strip())
-
-
-def write_metadata(path: Path, spec: WorkspaceSpec, cloned_sha: str) -> None:
-    meta = path / METADATA
-    meta.parent.mkdir(parents=True, exist_ok=True)
-    record = asdict(spec) | {"cloned_sha": cloned_sha, "created_at": time.time()}
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, meta)
-    exclude = path / ".git" / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with exclude.open("a") as f:
-        f.write("\n.keel/\n")
+    head = await git(["-C", str(dest), "rev-parse", "HEAD"])
+    record = asdict(spec) | {
+        "push_url": source,
+        "default_branch": default.stdout.strip() or None,
+        "cloned_sha": head.stdout.strip(),
+        "sandbox": sandbox,
+        "created_at": time.time(),
+    }
+    state.write_record(record)
 
 
 def read_metadata(path: Path) -> dict[str, object] | None:
-    try:
-        record = json.loads((path / METADATA).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
+    """Keel's record of the workspace at ``path`` (None when missing or corrupt)."""
+    return WorkspaceState(path).read_record()
 
 
 async def is_valid(path: Path, spec: WorkspaceSpec) -> bool:
     """A checkout with a HEAD, recorded as a clone of the same source at the same ref."""
-    record = read_metadata(path)
-    if record is None or not (path / ".git").is_dir():
+    state = WorkspaceState(path)
+    record = state.read_record()
+    if record is None or not is_real_dir(path / ".git") or not is_real_dir(state.mirror):
         return False
     if (record.get("repo_url"), record.get("ref")) != (spec.repo_url, spec.ref):
         return False
-    head = await git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=path)
-    origin = await git(["config", "--get", "remote.origin.url"], cwd=path)
-    return head.ok and origin.stdout.strip() == clone_source(spec.repo_url)
+    if record.get("push_url") != clone_source(spec.repo_url):
+        return False
+    head = await workspace_git(path, ["rev-parse", "--verify", "--quiet", "HEAD"])
+    return head.ok
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    else:
+        shutil.rmtree(path)

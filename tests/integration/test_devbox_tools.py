@@ -28,6 +28,7 @@ from runtime.tools.devbox import (
 )
 from runtime.workspace import Workspaces, WorkspaceSpec
 from runtime.workspace.commands import CommandRun, wrapper_alive
+from runtime.workspace.state import WorkspaceState
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -227,7 +228,7 @@ async def test_path_refused_when_it_escapes_workspace(ws: Path, path: str) -> No
     assert not (ws.parent / "x").exists()
 
 
-@pytest.mark.parametrize("path", [".git/config", ".keel/workspace.json", ".git/hooks/pre-commit"])
+@pytest.mark.parametrize("path", [".git/config", ".git/info/exclude", ".git/hooks/pre-commit"])
 async def test_write_refused_when_path_is_protected(ws: Path, path: str) -> None:
     result = await WriteFile().start({"path": path, "content": "x"}, make_ctx(ws))
     assert isinstance(result, Completed) and result.is_error and "may not edit" in result.output
@@ -327,7 +328,7 @@ async def test_output_bounded_when_command_is_verbose(ws: Path) -> None:
     result = await settle(RunCommand(output_limit=1000), {"command": command}, make_ctx(ws))
     assert len(result.output) < 4000
     assert "bytes omitted" in result.output and "the end" in result.output
-    assert ".keel/exec/" in result.output
+    assert "full log of execution" in result.output
 
 
 SAMPLE_TESTS = """\
@@ -352,7 +353,8 @@ async def test_test_run_evidence_when_pytest_reports_counts(tmp_path: Path) -> N
     assert evidence.detail["exit_code"] == 1
     assert (evidence.detail["passed"], evidence.detail["failed"]) == (2, 1)
     assert evidence.detail["command"] == command and evidence.detail["duration_s"] > 0
-    assert (ws / evidence.detail["log"]).read_text().count("failed") >= 1
+    log = WorkspaceState(ws).root / evidence.detail["log"]
+    assert log.read_text().count("failed") >= 1
 
 
 async def test_no_evidence_when_command_is_not_a_test(ws: Path) -> None:

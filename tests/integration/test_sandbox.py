@@ -7,7 +7,6 @@ it under CI (``CI`` set), where ``.ci/run`` installs it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import subprocess
@@ -22,7 +21,8 @@ import pytest
 from runtime.errors import ConfigError
 from runtime.tools.base import Completed
 from runtime.workspace import sandbox as sandbox_module
-from runtime.workspace.sandbox import Limits, Sandbox
+from runtime.workspace.sandbox import Limits, Sandbox, SandboxMode
+from runtime.workspace.state import WorkspaceState
 from tests.host import require_bwrap, run_to_end
 
 
@@ -109,7 +109,7 @@ async def test_secrets_scrubbed_when_command_runs(
     for secret in ("KEEL_", "SLACK_", "GITHUB_", "OPENAI_", "pw@db", "xoxb", "ghp-"):
         assert secret not in result.output
     assert "FOO=bar" in result.output
-    assert f"HOME={ws}/.keel/home" in result.output
+    assert f"HOME={WorkspaceState(ws).home}" in result.output
 
 
 async def test_file_size_limited_when_limit_set(ws: Path) -> None:
@@ -120,7 +120,8 @@ async def test_file_size_limited_when_limit_set(ws: Path) -> None:
 
 
 async def test_exit_code_unforgeable_when_command_writes_its_record(ws: Path) -> None:
-    command = 'for d in .keel/exec/*/; do echo "0" > "$d/exit"; done; exit 5'
+    records = WorkspaceState(ws).exec_root
+    command = f'for d in {records}/*/ .keel/exec/*/; do echo "0" > "$d/exit"; done; exit 5'
     result = await run(Sandbox(mode="bwrap"), ws, command)
     assert "exit code 5 " in result.output
 
@@ -129,17 +130,18 @@ async def test_auto_uses_bwrap_when_installed() -> None:
     assert await Sandbox(mode="auto").isolation() == "bwrap"
 
 
-async def test_auto_falls_back_once_when_bwrap_unusable(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("mode", ["auto", "bwrap"])
+async def test_refused_with_the_fix_when_bwrap_unusable(
+    monkeypatch: pytest.MonkeyPatch, mode: SandboxMode
 ) -> None:
+    """Fail closed: only an explicit ``none`` runs commands without bubblewrap."""
     monkeypatch.setattr(sandbox_module, "_bwrap_works", False)
-    monkeypatch.setattr(sandbox_module, "_warned_fallback", False)
-    caplog.set_level(logging.WARNING)
-    assert await Sandbox(mode="auto").isolation() == "none"
-    assert await Sandbox(mode="auto").isolation() == "none"
-    assert caplog.text.count("bubblewrap unavailable") == 1
-    with pytest.raises(ConfigError):
-        await Sandbox(mode="bwrap").isolation()
+    monkeypatch.setattr(sandbox_module, "_bwrap_problem", "bubblewrap failed to start")
+    with pytest.raises(ConfigError) as refused:
+        await Sandbox(mode=mode).isolation()
+    assert "workspace.sandbox" in str(refused.value)
+    assert "apt-get install bubblewrap" in str(refused.value)
+    assert await Sandbox(mode="none").isolation() == "none"
 
 
 async def test_virtualenv_under_tmp_usable_when_sandboxed(
@@ -166,8 +168,9 @@ class _ProfileSandbox(Sandbox):
 
     profile: str = ""
 
-    def _bwrap(self, workspace: Path) -> list[str]:
-        return [*Sandbox._bwrap(self, workspace), "--ro-bind", self.profile, "/etc/profile"]
+    def _bwrap(self, workspace: Path, state: WorkspaceState) -> list[str]:
+        own = Sandbox._bwrap(self, workspace, state)
+        return [*own, "--ro-bind", self.profile, "/etc/profile"]
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "none"])
@@ -180,8 +183,7 @@ async def test_path_kept_when_shell_profiles_reset_it(
     (tools / "keeltool").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     reset = "export PATH=/nonexistent\n"
-    home = ws / ".keel" / "home"
-    home.mkdir(parents=True)
+    home = WorkspaceState(ws).ensure().home
     for name in (".bash_profile", ".profile"):
         (home / name).write_text(reset)
     profile = tmp_path / "profile"

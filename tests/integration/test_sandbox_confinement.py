@@ -21,6 +21,7 @@ from adapters.assembly import _keel_files
 from adapters.config import load_config
 from runtime.workspace import Workspaces
 from runtime.workspace.sandbox import Sandbox, toolchain_roots
+from runtime.workspace.state import WorkspaceState
 from tests.host import require_bwrap, run_to_end
 
 
@@ -145,17 +146,28 @@ async def test_git_pytest_and_repo_venv_work_when_sandboxed(
     assert "exit code 0 " in output, output
     assert "1 passed" in output
     assert f"venv prefix {ws}/.venv" in output
-    assert (ws / ".keel" / "tmp" / "scratch.txt").read_text() == "scratch\n"
+    assert (WorkspaceState(ws).tmp / "scratch.txt").read_text() == "scratch\n"
 
 
-def test_venv_interpreter_prefix_shown_when_repo_has_a_venv(tmp_path: Path) -> None:
+@pytest.mark.parametrize("home", ["/proc/bin", "/", "/sys", "/dev/bin", "{outside}/bin"])
+def test_venv_in_workspace_adds_no_mount_whatever_it_names(tmp_path: Path, home: str) -> None:
+    """A pyvenv.cfg is repository content: it never chooses what is mounted."""
     ws = tmp_path / "ws"
-    (ws / ".venv").mkdir(parents=True)
-    prefix = tmp_path / "pythons" / "3.11"
-    (prefix / "bin").mkdir(parents=True)
-    (ws / ".venv" / "pyvenv.cfg").write_text(f"home = {prefix / 'bin'}\nversion = 3.11\n")
-    assert str(prefix) in toolchain_roots("/usr/bin", ws)
-    assert not any(r.startswith(str(ws)) for r in toolchain_roots("/usr/bin", ws))
+    outside = tmp_path / "pythons" / "3.11"
+    (outside / "bin").mkdir(parents=True)
+    for venv in (".venv", "tools", "a/b"):
+        (ws / venv).mkdir(parents=True)
+        (ws / venv / "pyvenv.cfg").write_text(f"home = {home.format(outside=outside)}\n")
+    roots = toolchain_roots("/usr/bin", ws)
+    assert str(outside) not in roots
+    assert not any(r in ("/", "/proc", "/sys", "/dev") for r in roots)
+    assert not any(r.startswith(str(ws)) for r in roots)
+
+
+@pytest.mark.parametrize("named", ["/", "/proc", "/sys/kernel", "/dev"])
+def test_host_views_never_shown_when_configured(tmp_path: Path, named: str) -> None:
+    roots = toolchain_roots(f"{named}:/usr/bin", tmp_path / "ws", [Path(named)])
+    assert not any(r == named or r.startswith(f"{named}/") or r == "/" for r in roots)
 
 
 def test_readonly_paths_must_be_absolute(tmp_path: Path) -> None:

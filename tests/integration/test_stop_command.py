@@ -103,7 +103,7 @@ async def _only_call(db: Database, task_id: str) -> tool_calls.ToolCallRecord | 
 
 
 def _wrapper_pid(workspaces: Path, handle: str) -> int:
-    [pid_file] = workspaces.glob(f"*/.keel/exec/{handle}/pid")
+    [pid_file] = workspaces.glob(f".keel-state/*/exec/{handle}/pid")
     return int(pid_file.read_text())
 
 
@@ -304,7 +304,7 @@ async def test_command_never_starts_when_recovered_after_stop_without_a_handle(
     assert call.handle is None
     assert "stopped before it started" in (call.result or {})["output"]
     assert not _sleepers(seconds)
-    [folder] = (tmp_path / "ws").rglob(f".keel/exec/{execution_id(task.task_id, 'call_0_0')}")
+    [folder] = (tmp_path / "ws").rglob(f"exec/{execution_id(task.task_id, 'call_0_0')}")
     assert not (folder / "pid").exists()  # no wrapper was ever launched
 
 

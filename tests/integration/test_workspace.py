@@ -18,6 +18,7 @@ import pytest
 from runtime.errors import ConfigError, Retryable
 from runtime.workspace import Workspaces, WorkspaceSpec
 from runtime.workspace.git import git, git_command
+from runtime.workspace.state import WorkspaceState
 
 TOKEN = "tok-SECRET-123"
 
@@ -61,9 +62,11 @@ async def test_clone_at_default_branch_when_workspace_missing(
     ws = await workspaces.ensure(WorkspaceSpec("root-1", str(bare)))
     assert ws == (workspaces.root / "root-1").absolute()
     assert sh("git", "rev-parse", "HEAD", cwd=ws) == sh("git", "rev-parse", "main", cwd=bare)
-    meta = json.loads((ws / ".keel" / "workspace.json").read_text())
+    meta = json.loads(WorkspaceState(ws).record_path.read_text())
     assert meta["repo_url"] == str(bare) and meta["root_task_id"] == "root-1"
-    assert sh("git", "status", "--porcelain", cwd=ws) == ""  # .keel/ is excluded
+    assert meta["push_url"] == str(bare) and meta["default_branch"] == "main"
+    assert sh("git", "status", "--porcelain", "--ignored", cwd=ws) == ""  # Keel left nothing
+    assert not (ws / ".keel").exists()
 
 
 async def test_checkout_of_ref_when_ref_given(bare: Path, workspaces: Workspaces) -> None:
@@ -89,7 +92,7 @@ async def test_workspace_recreated_when_corrupt(
     (ws / "stale.txt").write_text("from the broken copy")
     match damage:
         case "metadata":
-            (ws / ".keel" / "workspace.json").write_text("{not json")
+            WorkspaceState(ws).record_path.write_text("{not json")
         case "git_dir":
             (ws / ".git" / "HEAD").unlink()
         case "other_source":
@@ -110,7 +113,8 @@ async def test_credentials_refused_when_embedded_in_url(workspaces: Workspaces) 
 
 
 def test_token_only_in_environment_when_command_built() -> None:
-    command = git_command(["clone", "https://127.0.0.1/repo.git", "dest"], token=TOKEN)
+    url = "https://127.0.0.1/repo.git"
+    command = git_command(["clone", url, "dest"], token=TOKEN, url=url)
     assert not any(TOKEN in arg for arg in command.argv)
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert not any(basic in arg for arg in command.argv)
@@ -174,7 +178,7 @@ async def test_token_sent_by_the_credential_helper_when_the_remote_challenges(
     http_server: tuple[str, list[str | None]],
 ) -> None:
     url, seen = http_server
-    result = await git(["ls-remote", url], token=TOKEN, timeout_s=30)
+    result = await git(["ls-remote", url], token=TOKEN, url=url, timeout_s=30)
     assert not result.ok
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert seen[0] is None  # nothing is sent before the remote asks

@@ -130,7 +130,7 @@ class RunCommand:
         body = read_bounded(path, self.output_limit)
         if not body:
             return f"--- {stream}: empty"
-        return f"--- {stream} (full log: {path.relative_to(run.workspace)}) ---\n{body}"
+        return f"--- {stream} (Keel keeps the full log of execution {run.exec_id}) ---\n{body}"
 
 
 def verdict(finished: Finished, timeout_s: float) -> str:
@@ -158,7 +158,7 @@ def test_evidence(run: CommandRun, command: str, finished: Finished) -> Evidence
         "exit_code": finished.exit_code,
         "outcome": finished.outcome,
         "duration_s": finished.duration_s,
-        "log": str(run.log_path("stdout").relative_to(run.workspace)),
+        "log": f"exec/{run.exec_id}/stdout",
     }
     detail |= _counts(counts)
     return EvidenceItem(

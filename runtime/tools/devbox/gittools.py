@@ -1,21 +1,29 @@
 """Devbox git tools: git_commit and git_push, both writes that can be reconciled.
 
 A commit carries a ``Keel-Call: <call id>`` trailer, so recovery finds it in the history
-instead of committing twice. A push never forces, refuses protected branches (the remote's
-default, main, master) unless allowed, and is read back with ``ls-remote``.
+instead of committing twice. Everything that reads the workspace's repository (add, commit,
+log, rev-parse) runs inside the sandbox through ``workspace_git``: the workspace's ``.git``
+is the sandbox's to write, so Keel's own git never reads it. A push moves the commit's
+objects into Keel's mirror as checked pack data and pushes from there, to the URL Keel cloned
+from, whatever the workspace's remotes say. It never forces, refuses protected branches (the
+remote's default branch as the remote reported it at clone, main, master) unless allowed, and
+is read back with ``ls-remote``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import Field
 
+from runtime.errors import Permanent
 from runtime.evidence import EvidenceItem, Strength
 from runtime.tools.base import Completed, Effect, Started, ToolContext, Unknown
 from runtime.tools.devbox.calls import ToolArgs, prepare, refused, schema
-from runtime.workspace.git import IDENTITY, git, uses_https
+from runtime.workspace.git import git, import_head, is_sha, uses_https, workspace_git, workspace_run
+from runtime.workspace.state import WorkspaceState
 
 TRAILER = "Keel-Call"
 ALWAYS_PROTECTED = frozenset({"main", "master"})
@@ -48,11 +56,24 @@ class PushArgs(ToolArgs):
     branch: str = Field(min_length=1, description="remote branch to push the current HEAD to")
 
 
+_HEAD = 'echo "$(git rev-parse --verify -q HEAD) $(git symbolic-ref --short -q HEAD || echo HEAD)"'
+_COMMIT = (
+    "git add --all && { git diff --cached --quiet && echo keel-nothing-to-commit; } || "
+    "git commit --quiet --no-verify -F - && " + _HEAD
+)
+
+
 async def head(ws: Path) -> tuple[str, str]:
-    """(sha, branch) of HEAD; the branch is ``HEAD`` when detached."""
-    sha = await git(["rev-parse", "HEAD"], cwd=ws)
-    branch = await git(["symbolic-ref", "--short", "-q", "HEAD"], cwd=ws)
-    return sha.stdout.strip(), branch.stdout.strip() or "HEAD"
+    """(sha, branch) of HEAD, read inside the sandbox; the branch is ``HEAD`` when detached,
+    and the sha empty when there is no commit (or the sandboxed git printed no sha)."""
+    return _parse_head((await workspace_run(ws, ["bash", "-c", _HEAD])).stdout)
+
+
+def _parse_head(stdout: str) -> tuple[str, str]:
+    fields = (stdout.strip().splitlines() or [""])[-1].split()
+    if len(fields) != 2 or not is_sha(fields[0]):
+        return "", "HEAD"
+    return fields[0], fields[1][:255]
 
 
 def commit_evidence(sha: str, branch: str) -> EvidenceItem:
@@ -75,18 +96,13 @@ class GitCommit:
         if isinstance(prepared, Completed):
             return prepared
         parsed, ws = prepared
-        await git(["add", "--all"], cwd=ws)
-        if (await git(["diff", "--cached", "--quiet"], cwd=ws)).ok:
-            return refused("nothing to commit: the workspace has no changes")
         message = f"{parsed.message.rstrip()}\n\n{TRAILER}: {ctx.call_id}\n"
-        result = await git(
-            [*IDENTITY, "commit", "--quiet", "--no-verify", "-F", "-"],
-            cwd=ws,
-            stdin=message.encode(),
-        )
-        if not result.ok:
-            return refused(f"git commit failed:\n{result.stderr.strip()}")
-        sha, branch = await head(ws)
+        result = await workspace_run(ws, ["bash", "-c", _COMMIT], stdin=message.encode())
+        if "keel-nothing-to-commit" in result.stdout.split():
+            return refused("nothing to commit: the workspace has no changes")
+        sha, branch = _parse_head(result.stdout)
+        if not result.ok or not sha:
+            return refused(f"git commit failed:\n{result.stderr.strip()[-2000:]}")
         return Completed(
             output=f"committed {sha} on {branch}", evidence=(commit_evidence(sha, branch),)
         )
@@ -101,10 +117,10 @@ class GitCommit:
             return Unknown(prepared.output)
         _, ws = prepared
         trailer = f"{TRAILER}: {ctx.call_id}"
-        found = await git(
-            ["log", "-n", "50", "--format=%H", "--fixed-strings", f"--grep={trailer}"], cwd=ws
+        found = await workspace_git(
+            ws, ["log", "-n", "50", "--format=%H", "--fixed-strings", f"--grep={trailer}"]
         )
-        shas = found.stdout.split()
+        shas = [line for line in found.stdout.split() if is_sha(line)]
         if not found.ok or not shas:
             return Unknown(f"no commit carries {trailer!r}")
         _, branch = await head(ws)
@@ -135,14 +151,26 @@ class GitPush:
         if isinstance(prepared, Completed):
             return prepared
         parsed, ws = prepared
-        if (problem := await self._refusal(ws, parsed.branch)) is not None:
+        try:
+            remote = Remote.of(ws)
+        except Permanent as e:
+            return refused(str(e))
+        if (problem := await self._refusal(remote, parsed.branch)) is not None:
             return refused(problem)
-        token = await self._token_for(ws, ctx)
-        refspec = f"HEAD:refs/heads/{parsed.branch}"  # no leading '+': never a force push
-        result = await git(["push", "--quiet", "origin", refspec], cwd=ws, token=token)
+        try:
+            sha = await import_head(ws, remote.mirror)
+        except Permanent as e:
+            return refused(f"git push to {parsed.branch} failed: {e}")
+        token = await self._token_for(remote, ctx)
+        refspec = f"{sha}:refs/heads/{parsed.branch}"  # no leading '+': never a force push
+        result = await git(
+            ["--git-dir", str(remote.mirror), "push", "--quiet", remote.url, refspec],
+            token=token,
+            url=remote.url,
+        )
         if not result.ok:
             return refused(_push_failure(parsed.branch, result.stderr.strip(), token))
-        outcome = await self._read_back(ws, parsed.branch, ctx)
+        outcome = await self._read_back(remote, parsed.branch, sha, token)
         return outcome if isinstance(outcome, Completed) else refused(outcome.reason)
 
     async def poll(self, handle: str, ctx: ToolContext) -> Completed:
@@ -154,10 +182,16 @@ class GitPush:
         if isinstance(prepared, Completed):
             return prepared.output
         parsed, ws = prepared
-        sha, _ = await head(ws)
-        base = f"origin/{await remote_default_branch(ws)}"
-        log = await git(["log", "--oneline", "-n", "10", f"{base}..HEAD"], cwd=ws)
-        stat = await git(["diff", "--stat", f"{base}...HEAD"], cwd=ws)
+        try:
+            remote = Remote.of(ws)
+            sha = await import_head(ws, remote.mirror)
+        except Permanent as e:
+            return f"cannot preview the push: {e}"
+        base = f"origin/{remote.default_branch}"
+        mirror = ["--git-dir", str(remote.mirror)]
+        branch = f"refs/heads/{remote.default_branch}"
+        log = await git([*mirror, "log", "--oneline", "-n", "10", f"{branch}..{sha}"])
+        stat = await git([*mirror, "diff", "--stat", f"{branch}...{sha}"])
         lines = [f"push `{sha[:12]}` to branch `{parsed.branch}`"]
         if log.ok and log.stdout.strip():
             lines.append(f"commits:\n{log.stdout.strip()}")
@@ -171,25 +205,33 @@ class GitPush:
         if isinstance(prepared, Completed):
             return Unknown(prepared.output)
         parsed, ws = prepared
-        return await self._read_back(ws, parsed.branch, ctx)
+        try:
+            remote = Remote.of(ws)
+        except Permanent as e:
+            return Unknown(str(e))
+        local_sha, _ = await head(ws)
+        token = await self._token_for(remote, ctx)
+        return await self._read_back(remote, parsed.branch, local_sha, token)
 
-    async def _refusal(self, ws: Path, branch: str) -> str | None:
-        valid = await git(["check-ref-format", "--branch", branch], cwd=ws)
+    async def _refusal(self, remote: Remote, branch: str) -> str | None:
+        valid = await git(["check-ref-format", "--branch", branch])
         if not valid.ok or branch.startswith("-"):
             return f"{branch!r} is not a valid branch name"
         if self.allow_protected:
             return None
-        protected = ALWAYS_PROTECTED | {await remote_default_branch(ws)}
+        protected = ALWAYS_PROTECTED | {remote.default_branch}
         if branch in protected:
             return f"refusing to push to protected branch {branch!r}; push a feature branch"
         return None
 
-    async def _read_back(self, ws: Path, branch: str, ctx: ToolContext) -> Completed | Unknown:
-        token = await self._token_for(ws, ctx)
-        remote = await git(["ls-remote", "origin", f"refs/heads/{branch}"], cwd=ws, token=token)
-        remote_sha = remote.stdout.split()[0] if remote.ok and remote.stdout.strip() else None
-        local_sha, _ = await head(ws)
-        if remote_sha != local_sha:
+    async def _read_back(
+        self, remote: Remote, branch: str, local_sha: str, token: str | None
+    ) -> Completed | Unknown:
+        found = await git(
+            ["ls-remote", remote.url, f"refs/heads/{branch}"], token=token, url=remote.url
+        )
+        remote_sha = found.stdout.split()[0] if found.ok and found.stdout.strip() else None
+        if not local_sha or remote_sha != local_sha:
             return Unknown(f"origin/{branch} is at {remote_sha}, not the local HEAD {local_sha}")
         evidence = EvidenceItem(
             kind="commit",
@@ -202,12 +244,11 @@ class GitPush:
             evidence=(evidence,),
         )
 
-    async def _token_for(self, ws: Path, ctx: ToolContext) -> str | None:
-        origin = (await git(["config", "--get", "remote.origin.url"], cwd=ws)).stdout.strip()
-        if not uses_https(origin):
+    async def _token_for(self, remote: Remote, ctx: ToolContext) -> str | None:
+        if not uses_https(remote.url):
             return None
         if self._credentials is not None:
-            return await self._credentials.git_token(ctx.task_id, origin)
+            return await self._credentials.git_token(ctx.task_id, remote.url)
         return self._token
 
 
@@ -223,8 +264,24 @@ def _push_failure(branch: str, stderr: str, token: str | None) -> str:
     return f"git push to {branch} was rejected:\n{stderr}"
 
 
-async def remote_default_branch(ws: Path) -> str:
-    """The remote's default branch as recorded by the clone (``origin/HEAD``)."""
-    ref = await git(["symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD"], cwd=ws)
-    name = ref.stdout.strip()
-    return name.removeprefix("origin/") if name else "main"
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """Where a workspace's pushes go, from Keel's record of its clone (never from the
+    workspace's own configuration): the URL, the remote's default branch, Keel's mirror."""
+
+    url: str
+    default_branch: str
+    mirror: Path
+
+    @staticmethod
+    def of(ws: Path) -> Remote:
+        state = WorkspaceState(ws)
+        record = state.read_record() or {}
+        url = record.get("push_url")
+        if not isinstance(url, str) or not url:
+            raise Permanent(
+                "Keel has no record of where this workspace was cloned from; refusing to push"
+            )
+        default = record.get("default_branch")
+        branch = default if isinstance(default, str) and default else "main"
+        return Remote(url, branch, state.mirror)

@@ -14,6 +14,7 @@ sent as an envelope that must be acknowledged, as Slack does for a Keel behind a
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import time
 import uuid
@@ -99,6 +100,9 @@ def demo_tree(
         "model": {"provider": "scripted", "script": str(script_path)},
         "workspace": {
             "root": str(workdir / "workspaces"),
+            # The demo's repository is its own sample: on a machine without bubblewrap it
+            # runs unsandboxed, by this explicit choice, rather than not at all.
+            "sandbox": "auto" if shutil.which("bwrap") else "none",
             "repositories": {REPO: {"url": bare.as_uri(), "ref": "main"}},
         },
         "routing": {"channel_repos": {CHANNEL: REPO}, "default_repo": REPO},

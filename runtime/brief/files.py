@@ -1,5 +1,10 @@
-"""Attached files in the workspace: saved under ``.keel/files/`` (never committed: ``.keel/``
-is excluded from git in every workspace), so the agent can read them with its tools.
+"""Attached files in the workspace: saved under ``.keel/files/`` so the agent can read them
+with its tools, never committed: the folder carries its own ``.gitignore`` (``*``), which
+keeps working whatever the workspace's ``.git/info/exclude`` says.
+
+The workspace is not Keel's: a command or the repository itself may have made ``.keel`` or
+``.keel/files`` a symlink, so each file is written with the no-follow helpers and a write
+they refuse becomes a note saying why, not an error that loses the brief.
 
 Names come from other people's messages, so only a safe form of each is used, prefixed by
 the provider's file id, which keeps two files of one name apart.
@@ -10,13 +15,15 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from runtime.brief.model import Download
 from runtime.brief.render import FileNote
 from runtime.models.base import ImagePart
+from runtime.workspace.paths import PathRefused, write_inside_atomic
 
-FILES = Path(".keel") / "files"
+FILES = PurePosixPath(".keel") / "files"
+IGNORE_ALL = b"*\n"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
@@ -36,12 +43,20 @@ def save(workspace: Path | None, downloads: Sequence[Download]) -> dict[str, Fil
         elif workspace is None:
             notes[file_id] = FileNote(note="not saved: this task has no workspace")
         else:
-            relative = FILES / safe_name(file_id, download.file.name)
-            target = workspace / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(download.content)
-            notes[file_id] = FileNote(saved_as=relative.as_posix())
+            notes[file_id] = _write(workspace, file_id, download.file.name, download.content)
     return notes
+
+
+def _write(workspace: Path, file_id: str, name: str, content: bytes) -> FileNote:
+    relative = (FILES / safe_name(file_id, name)).as_posix()
+    try:
+        write_inside_atomic(workspace, (FILES / ".gitignore").as_posix(), IGNORE_ALL)
+        write_inside_atomic(workspace, relative, content)
+    except PathRefused as e:
+        return FileNote(note=f"not saved: {e}")
+    except OSError as e:
+        return FileNote(note=f"not saved: {e.strerror or e}")
+    return FileNote(saved_as=relative)
 
 
 def images(

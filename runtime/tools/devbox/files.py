@@ -1,14 +1,15 @@
 """Devbox file tools: read_file, list_files (read) and write_file, apply_patch (write).
 
-Every path goes through ``resolve_inside``: absolute paths, ``..`` escapes and symlinks
-leading out of the workspace are refused, and writes may not touch ``.git/`` or ``.keel/``.
+The workspace is shared with sandboxed commands that may change it while a tool runs, so
+every path is opened with the no-follow helpers of ``runtime.workspace.paths``: absolute
+paths, ``..`` escapes and symlinks leading out of the workspace are refused even if swapped
+in mid-call, and writes may not touch ``.git/``. ``git apply`` reads the workspace's own
+``.git``, so it runs inside the sandbox.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -21,8 +22,15 @@ from runtime.tools.devbox.calls import (
     refused,
     schema,
 )
-from runtime.workspace.git import git
-from runtime.workspace.paths import PROTECTED, PathRefused, display, resolve_inside
+from runtime.workspace.git import workspace_git
+from runtime.workspace.paths import (
+    PathRefused,
+    display,
+    list_inside,
+    read_inside,
+    resolve_inside,
+    write_inside_atomic,
+)
 
 READ_LIMIT = 200_000
 LIST_LIMIT = 1000
@@ -57,18 +65,17 @@ class ReadFile(ImmediateTool):
             return prepared
         parsed, ws = prepared
         try:
-            target = resolve_inside(ws, parsed.path)
+            data, size = read_inside(ws, parsed.path, READ_LIMIT)
         except PathRefused as e:
             return refused(str(e))
-        if not target.is_file():
+        except (FileNotFoundError, NotADirectoryError):
             return refused(f"{parsed.path!r} is not a file in the workspace")
-        return Completed(output=read_text(target))
+        except OSError as e:
+            return refused(f"cannot read {parsed.path!r}: {e.strerror or e}")
+        return Completed(output=as_text(data, size))
 
 
-def read_text(target: Path) -> str:
-    size = target.stat().st_size
-    with target.open("rb") as f:
-        data = f.read(READ_LIMIT)
+def as_text(data: bytes, size: int) -> str:
     if b"\x00" in data[:8192]:
         return f"[binary file, {size} bytes]"
     text = data.decode("utf-8", "replace")
@@ -87,28 +94,17 @@ class ListFiles(ImmediateTool):
             return prepared
         parsed, ws = prepared
         try:
-            folder = resolve_inside(ws, parsed.path)
+            entries = list_inside(ws, parsed.path, LIST_LIMIT)
         except PathRefused as e:
             return refused(str(e))
-        if not folder.is_dir():
+        except (FileNotFoundError, NotADirectoryError):
             return refused(f"{parsed.path!r} is not a folder in the workspace")
-        entries = list_entries(ws, folder)
+        except OSError as e:
+            return refused(f"cannot list {parsed.path!r}: {e.strerror or e}")
         listing = "\n".join(entries[:LIST_LIMIT])
         if len(entries) > LIST_LIMIT:
             listing += f"\n[... {len(entries) - LIST_LIMIT} more entries]"
         return Completed(output=listing or "(empty)")
-
-
-def list_entries(ws: Path, folder: Path) -> list[str]:
-    entries: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if d not in PROTECTED)
-        here = Path(dirpath)
-        entries += [display(ws, here / d) + "/" for d in dirnames]
-        entries += [display(ws, here / f) for f in sorted(filenames)]
-        if len(entries) > LIST_LIMIT:
-            break
-    return sorted(entries)
 
 
 class WriteFile:
@@ -122,17 +118,14 @@ class WriteFile:
         if isinstance(prepared, Completed):
             return prepared
         parsed, ws = prepared
+        content = parsed.content.encode()
         try:
-            target = resolve_inside(ws, parsed.path, for_write=True)
+            write_inside_atomic(ws, parsed.path, content)
         except PathRefused as e:
             return refused(str(e))
-        if target.is_dir():
-            return refused(f"{parsed.path!r} is a folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.keel-tmp")
-        tmp.write_text(parsed.content, encoding="utf-8")
-        os.replace(tmp, target)
-        return Completed(output=f"wrote {len(parsed.content.encode())} bytes to {parsed.path}")
+        except OSError as e:
+            return refused(f"cannot write {parsed.path!r}: {e.strerror or e}")
+        return Completed(output=f"wrote {len(content)} bytes to {parsed.path}")
 
     async def poll(self, handle: str, ctx: ToolContext) -> Completed:
         return refused(f"{handle!r}: write_file has no pending work to poll")
@@ -143,12 +136,12 @@ class WriteFile:
         if isinstance(prepared, Completed):
             return Unknown(prepared.output)
         parsed, ws = prepared
+        expected = parsed.content.encode()
         try:
-            target = resolve_inside(ws, parsed.path, for_write=True)
-            current = target.read_text(encoding="utf-8")
-        except (PathRefused, OSError, UnicodeDecodeError):
+            current, _ = read_inside(ws, parsed.path, len(expected) + 1)
+        except (PathRefused, OSError):
             return Unknown(f"{parsed.path} is missing or unreadable")
-        if current != parsed.content:
+        if current != expected:
             return Unknown(f"{parsed.path} does not hold the requested content")
         return Completed(output=f"{parsed.path} already holds the requested content")
 
@@ -174,7 +167,7 @@ class ApplyPatch:
         if not paths:
             return refused("the diff names no files; give a unified diff with ---/+++ headers")
         diff = _with_final_newline(parsed.unified_diff).encode()
-        result = await git(["apply", "--whitespace=nowarn", "-"], cwd=ws, stdin=diff)
+        result = await workspace_git(ws, ["apply", "--whitespace=nowarn", "-"], stdin=diff)
         if not result.ok:
             return refused(f"git apply refused the patch:\n{result.stderr.strip()}")
         return Completed(output="patched " + ", ".join(sorted(set(paths))))
@@ -189,7 +182,7 @@ class ApplyPatch:
             return Unknown(prepared.output)
         parsed, ws = prepared
         diff = _with_final_newline(parsed.unified_diff).encode()
-        result = await git(["apply", "--check", "--reverse", "-"], cwd=ws, stdin=diff)
+        result = await workspace_git(ws, ["apply", "--check", "--reverse", "-"], stdin=diff)
         if not result.ok:
             return Unknown("the patch is not (entirely) present in the workspace")
         return Completed(output="the patch is already applied")

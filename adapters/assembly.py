@@ -52,6 +52,7 @@ from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
 from runtime.worker import Worker
 from runtime.workspace import Workspaces
+from runtime.workspace.paths import PathRefused, read_inside_text
 
 if TYPE_CHECKING:
     from adapters.github.webhook import GitHubWebhook
@@ -68,10 +69,13 @@ class RepoGuidance:
 
     async def sections(self, task: Task) -> list[str]:
         workspace = await self.checkouts.workspace_for(task)
-        guide = workspace / "AGENTS.md" if workspace else None
-        if guide is None or not guide.is_file():
+        if workspace is None:
             return []
-        return ["Repository guidance (AGENTS.md):\n" + guide.read_text(errors="replace")[:20000]]
+        try:  # no-follow: a link to a host file (/proc/self/environ) is refused, not read
+            guide = read_inside_text(workspace, "AGENTS.md", 20000)
+        except (PathRefused, OSError):
+            return []
+        return ["Repository guidance (AGENTS.md):\n" + guide]
 
 
 class NoModel:

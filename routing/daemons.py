@@ -28,8 +28,11 @@ from routing.config import DaemonConfig, WatchRule
 from routing.signal import Signal
 from runtime.config import AgentConfig, AgentLimits
 from runtime.errors import ConfigError
+from runtime.workspace.paths import PathRefused, list_inside, read_inside
 
 DAEMON_FILE = "DAEMON.md"
+DAEMONS_FOLDER = ".agents/daemons"
+MAX_DAEMON_FILE_BYTES = 256 * 1024
 FRONT_MATTER_KEYS = ("id", "purpose", "watch", "routines", "deny", "schedule")
 REQUIRED_KEYS = ("id", "purpose", "watch")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -200,18 +203,24 @@ def parse_daemon_file(
 def load_repo_daemons(
     root: Path, *, repo: str | None = None, agent: str = "default"
 ) -> tuple[DaemonDefinition, ...]:
-    """Every ``.agents/daemons/<id>/DAEMON.md`` under a checkout; the folder names the id."""
-    base = root / ".agents" / "daemons"
-    if not base.is_dir():
+    """Every ``.agents/daemons/<id>/DAEMON.md`` under a checkout; the folder names the id.
+
+    The checkout is repository content: its files are read without following a link out of
+    it (``runtime.workspace.paths``), so a DAEMON.md linked to a host file is refused.
+    """
+    try:
+        entries = list_inside(root, DAEMONS_FOLDER, 10_000)
+    except (PathRefused, OSError):
         return ()
     found = []
-    for path in sorted(base.glob(f"*/{DAEMON_FILE}")):
-        source = str(path.relative_to(root))
-        daemon = parse_daemon_file(_read(path, source), source=source, repo=repo, agent=agent)
-        if daemon.daemon_id != path.parent.name:
+    for source in entries:
+        folder, _, name = source.removeprefix(f"{DAEMONS_FOLDER}/").partition("/")
+        if name != DAEMON_FILE:
+            continue
+        daemon = parse_daemon_file(_read(root, source), source=source, repo=repo, agent=agent)
+        if daemon.daemon_id != folder:
             raise DaemonFileError(
-                f"{source}: id {daemon.daemon_id!r} does not match its folder "
-                f"{path.parent.name!r}"
+                f"{source}: id {daemon.daemon_id!r} does not match its folder {folder!r}"
             )
         found.append(daemon)
     return tuple(found)
@@ -220,10 +229,13 @@ def load_repo_daemons(
 # -- DAEMON.md parsing ----------------------------------------------------------------------
 
 
-def _read(path: Path, source: str) -> str:
+def _read(root: Path, source: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        data, size = read_inside(root, source, MAX_DAEMON_FILE_BYTES)
+        if size > MAX_DAEMON_FILE_BYTES:
+            raise DaemonFileError(f"{source}: larger than {MAX_DAEMON_FILE_BYTES} bytes")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, PathRefused) as e:
         raise DaemonFileError(f"{source}: cannot read ({e})") from e
 
 

@@ -247,27 +247,31 @@ async def workspace_git(
 
 
 # Prints "keel-head <sha>" on stderr, then a pack of HEAD's commit and everything it needs,
-# less what the commits named on stdin (Keel's mirror already has them) bring.
+# less what the commits named on stdin (Keel's mirror has them) bring, where the workspace
+# has them too.
 _PACK_HEAD = (
     'sha=$(git rev-parse --verify -q "HEAD^{commit}") || '
     '{ echo "the workspace has no commit at HEAD" >&2; exit 3; }; '
     'echo "keel-head $sha" >&2; '
-    '{ echo "$sha"; while IFS= read -r b; do '
-    'git cat-file -e "$b^{commit}" 2>/dev/null && echo "^$b"; done; } '
+    '{ echo "$sha"; git cat-file --batch-check="%(objectname) %(objecttype)" | '
+    'while read -r b t; do [ "$t" = commit ] && echo "^$b"; done; } '
     "| git pack-objects --revs --stdout -q"
 )
 MAX_PACK_BYTES = 2 * 2**30
 
 
-async def import_head(ws: Path, mirror: Path, timeout_s: float = 900.0) -> str:
-    """Bring the workspace's HEAD commit into Keel's mirror and return its sha.
+async def import_head(
+    ws: Path, mirror: Path, known: Sequence[str] = (), timeout_s: float = 900.0
+) -> str:
+    """Bring the workspace's HEAD commit into Keel's mirror and return its sha; ``known``
+    names commits the mirror has (the clone's), whose objects need not travel again.
 
     The workspace's git packs the objects inside the sandbox; the mirror's ``index-pack``
     checks every object of that stream as it would a fetch's. No git of Keel's reads the
-    workspace's repository or its configuration.
+    workspace's repository or its configuration. A sha the sandbox names but did not send is
+    not in the mirror, and the push of it fails there.
     """
-    known = await git(["--git-dir", str(mirror), "for-each-ref", "--format=%(objectname)"])
-    bases = "\n".join(sorted(set(known.stdout.split()))) + "\n"
+    bases = "".join(f"{sha}\n" for sha in known if is_sha(sha))
     pack, env = await _workspace_command(ws, ["bash", "-c", _PACK_HEAD])
     index = git_command(
         ["--git-dir", str(mirror), "index-pack", "--stdin", f"--max-input-size={MAX_PACK_BYTES}"]
@@ -288,8 +292,4 @@ async def import_head(ws: Path, mirror: Path, timeout_s: float = 900.0) -> str:
         raise Permanent(f"could not pack the workspace's HEAD: {produced.stderr.strip()[-500:]}")
     if not indexed.ok:
         raise Permanent(f"the workspace's objects were refused: {indexed.stderr.strip()[-500:]}")
-    sha = heads[-1]
-    present = await git(["--git-dir", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"])
-    if not present.ok:
-        raise Permanent(f"commit {sha} did not arrive in Keel's copy of the repository")
-    return sha
+    return heads[-1]

@@ -45,10 +45,11 @@ from runtime.workspace.commands import (
     read_meta,
     stop,
 )
-from runtime.workspace.paths import PathRefused, resolve_inside
+from runtime.workspace.paths import PathRefused, read_inside_text
 from runtime.workspace.sandbox import Sandbox
 
 _HANDLE = re.compile(r"^[0-9a-f]{16}$")
+JUNIT_LIMIT = 8_000_000
 
 
 class RunCommandArgs(ToolArgs):
@@ -183,6 +184,6 @@ def junit_counts(ws: Path, command: str) -> TestCounts | None:
     if report is None:
         return None
     try:
-        return parse_junit_xml(resolve_inside(ws, report).read_text(errors="replace"))
+        return parse_junit_xml(read_inside_text(ws, report, JUNIT_LIMIT))
     except (PathRefused, OSError):
         return None

@@ -12,6 +12,7 @@ is read back with ``ls-remote``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,24 +57,23 @@ class PushArgs(ToolArgs):
     branch: str = Field(min_length=1, description="remote branch to push the current HEAD to")
 
 
-_HEAD = 'echo "$(git rev-parse --verify -q HEAD) $(git symbolic-ref --short -q HEAD || echo HEAD)"'
-_COMMIT = (
-    "git add --all && { git diff --cached --quiet && echo keel-nothing-to-commit; } || "
-    "git commit --quiet --no-verify -F - && " + _HEAD
-)
+_HEAD = "git rev-parse HEAD --abbrev-ref HEAD"
+# git commit exits 1 and says "nothing to commit" when the index matches HEAD.
+_COMMIT = f"git add --all && git commit --quiet --no-verify -F - && {_HEAD}"
+_NOTHING = "nothing to commit"
 
 
 async def head(ws: Path) -> tuple[str, str]:
     """(sha, branch) of HEAD, read inside the sandbox; the branch is ``HEAD`` when detached,
     and the sha empty when there is no commit (or the sandboxed git printed no sha)."""
-    return _parse_head((await workspace_run(ws, ["bash", "-c", _HEAD])).stdout)
+    return _parse_head((await workspace_git(ws, _HEAD.split()[1:])).stdout)
 
 
 def _parse_head(stdout: str) -> tuple[str, str]:
-    fields = (stdout.strip().splitlines() or [""])[-1].split()
-    if len(fields) != 2 or not is_sha(fields[0]):
+    lines = stdout.strip().splitlines()
+    if len(lines) < 2 or not is_sha(lines[-2].strip()):
         return "", "HEAD"
-    return fields[0], fields[1][:255]
+    return lines[-2].strip(), lines[-1].strip()[:255] or "HEAD"
 
 
 def commit_evidence(sha: str, branch: str) -> EvidenceItem:
@@ -98,7 +98,7 @@ class GitCommit:
         parsed, ws = prepared
         message = f"{parsed.message.rstrip()}\n\n{TRAILER}: {ctx.call_id}\n"
         result = await workspace_run(ws, ["bash", "-c", _COMMIT], stdin=message.encode())
-        if "keel-nothing-to-commit" in result.stdout.split():
+        if result.returncode == 1 and _NOTHING in result.stdout:
             return refused("nothing to commit: the workspace has no changes")
         sha, branch = _parse_head(result.stdout)
         if not result.ok or not sha:
@@ -158,7 +158,7 @@ class GitPush:
         if (problem := await self._refusal(remote, parsed.branch)) is not None:
             return refused(problem)
         try:
-            sha = await import_head(ws, remote.mirror)
+            sha = await import_head(ws, remote.mirror, remote.known)
         except Permanent as e:
             return refused(f"git push to {parsed.branch} failed: {e}")
         token = await self._token_for(remote, ctx)
@@ -184,7 +184,7 @@ class GitPush:
         parsed, ws = prepared
         try:
             remote = Remote.of(ws)
-            sha = await import_head(ws, remote.mirror)
+            sha = await import_head(ws, remote.mirror, remote.known)
         except Permanent as e:
             return f"cannot preview the push: {e}"
         base = f"origin/{remote.default_branch}"
@@ -214,8 +214,7 @@ class GitPush:
         return await self._read_back(remote, parsed.branch, local_sha, token)
 
     async def _refusal(self, remote: Remote, branch: str) -> str | None:
-        valid = await git(["check-ref-format", "--branch", branch])
-        if not valid.ok or branch.startswith("-"):
+        if not valid_branch(branch):
             return f"{branch!r} is not a valid branch name"
         if self.allow_protected:
             return None
@@ -272,6 +271,7 @@ class Remote:
     url: str
     default_branch: str
     mirror: Path
+    known: tuple[str, ...]  # commits the mirror had from the clone
 
     @staticmethod
     def of(ws: Path) -> Remote:
@@ -284,4 +284,17 @@ class Remote:
             )
         default = record.get("default_branch")
         branch = default if isinstance(default, str) and default else "main"
-        return Remote(url, branch, state.mirror)
+        cloned = record.get("cloned_sha")
+        known = (cloned,) if isinstance(cloned, str) and is_sha(cloned) else ()
+        return Remote(url, branch, state.mirror, known)
+
+
+# A branch name git accepts (``git check-ref-format --branch``), checked here rather than by
+# a process per push, and stricter: a plain set of characters, no component starting with a
+# dot or ending in ".lock", no "..", "//" or "@{", no leading "-" or trailing "." or "/".
+_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+,=@-]{0,199}")
+_BRANCH_FORBIDDEN = re.compile(r"\.\.|//|@\{|/\.|\.lock(?:/|$)|[./]$")
+
+
+def valid_branch(name: str) -> bool:
+    return bool(_BRANCH.fullmatch(name)) and not _BRANCH_FORBIDDEN.search(name) and name != "HEAD"

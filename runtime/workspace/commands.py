@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.workspace.process import run_process
-from runtime.workspace.sandbox import Sandbox
+from runtime.workspace.sandbox import Sandbox, host_program
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
 LAUNCH_GRACE_S = 30.0  # a folder with no pid after this long was never launched
@@ -104,7 +104,7 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
     argv = sandbox.wrap(["bash", "-c", command], run.workspace, isolation)
     script = run.folder / "run.sh"
     script.write_text(wrapper_script(run.folder, argv))
-    launcher = ["setsid", "--fork", "bash", str(script)]
+    launcher = [host_program("setsid"), "--fork", host_program("bash"), str(script)]
     result = await run_process(launcher, cwd=run.workspace, env=sandbox.env(run.workspace))
     if not result.ok:  # recorded as the execution's outcome; polling reports it
         run.log_path("stderr").write_text(f"could not launch: {result.stderr}")

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from runtime.errors import ConfigError, Permanent
 from runtime.workspace.process import ProcessResult, run_pipeline, run_process
-from runtime.workspace.sandbox import Isolation, Sandbox, SandboxMode, confined
+from runtime.workspace.sandbox import Isolation, Sandbox, SandboxMode, absolute_path, confined
 from runtime.workspace.state import WorkspaceState
 
 # Belt and braces for Keel's trusted git, whose only configuration is Keel's own: no hooks,
@@ -141,7 +141,7 @@ def git_command(
 ) -> GitCommand:
     """Keel's trusted git: ``token`` is offered only to ``url``'s host."""
     env = {key: os.environ[key] for key in _PASSTHROUGH if key in os.environ}
-    env |= ISOLATED_CONFIG
+    env |= ISOLATED_CONFIG | {"PATH": absolute_path()}
     if token:
         if url is None:
             raise ValueError("a token goes with the URL it is for")
@@ -226,7 +226,7 @@ async def _workspace_command(ws: Path, argv: Sequence[str]) -> tuple[list[str], 
         home = WorkspaceState(ws).ensure().home
         return list(argv), env | {"HOME": str(home)}
     wrapped = confined(argv, ws, env | {"HOME": "/tmp"})
-    return wrapped, {"PATH": os.environ.get("PATH", WORKSPACE_PATH)}
+    return wrapped, {"PATH": absolute_path()}
 
 
 async def workspace_run(

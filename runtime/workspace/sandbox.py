@@ -101,7 +101,7 @@ class Sandbox:
 
     def env(self, workspace: Path) -> dict[str, str]:
         env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "PATH": absolute_path(),
             "HOME": str(WorkspaceState(workspace).home),
             "LANG": "C.UTF-8",
             "TERM": "dumb",
@@ -152,6 +152,21 @@ class Sandbox:
             f"--fsize={limits.file_size_bytes}" if limits.file_size_bytes else "",
         ]
         return ["prlimit", *[f for f in flags if f], "--"]
+
+
+def absolute_path() -> str:
+    """Keel's PATH without relative entries (``.``, empty), which would resolve a program
+    against the workspace when Keel starts one there."""
+    entries = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep)
+    return os.pathsep.join(e for e in entries if os.path.isabs(e)) or "/usr/bin:/bin"
+
+
+def host_program(name: str) -> str:
+    """The absolute path of a program Keel runs itself, found on the absolute PATH only."""
+    found = shutil.which(name, path=absolute_path())
+    if found is None:
+        raise ConfigError(f"{name} is not installed (looked on PATH)")
+    return found
 
 
 def _system_binds() -> list[str]:

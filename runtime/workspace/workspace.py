@@ -25,9 +25,12 @@ from pathlib import Path
 from runtime.errors import ConfigError, NotFound, Retryable
 from runtime.workspace.git import check_repo_url, git, uses_https, workspace_git
 from runtime.workspace.sandbox import Sandbox, SandboxMode
-from runtime.workspace.state import WorkspaceState, is_real_dir
+from runtime.workspace.state import STATE_FOLDER, WorkspaceState, is_real_dir
 
 log = logging.getLogger(__name__)
+
+# Where Keel kept its record inside the workspace before its state moved out of it.
+LEGACY_RECORD = Path(".keel") / "workspace.json"
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -72,6 +75,16 @@ class Workspaces:
             if await is_valid(path, spec):
                 return path
             state = WorkspaceState(path)
+            if state.read_record() is None and (path / LEGACY_RECORD).is_file():
+                kept = self.root / STATE_FOLDER / f"legacy-{path.name}-{uuid.uuid4().hex[:8]}"
+                log.warning(
+                    "workspace %s predates Keel's state folder; its files are kept at %s "
+                    "and it is cloned again",
+                    path,
+                    kept,
+                )
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                path.rename(kept)
             for stale in (path, state.root):
                 if stale.exists() or stale.is_symlink():
                     log.warning("workspace %s is invalid for %s; recreating", path, spec.repo_url)

@@ -184,3 +184,21 @@ async def test_token_sent_by_the_credential_helper_when_the_remote_challenges(
     assert seen[0] is None  # nothing is sent before the remote asks
     assert f"Basic {basic}" in seen[1:]
     assert TOKEN not in result.stderr
+
+
+async def test_workspace_of_an_older_keel_kept_aside_when_cloned_again(
+    bare: Path, workspaces: Workspaces
+) -> None:
+    """A workspace whose record is inside it (Keel before its state folder) is not trusted,
+    and not deleted either: its files are kept where no command can reach them."""
+    spec = WorkspaceSpec("root-1", str(bare))
+    ws = workspaces.path_for("root-1")
+    sh("git", "clone", "-q", str(bare), str(ws))
+    (ws / ".keel").mkdir()
+    (ws / ".keel" / "workspace.json").write_text('{"repo_url": "/elsewhere"}')
+    (ws / "unsaved.txt").write_text("work in progress")
+    assert await workspaces.ensure(spec) == ws
+    assert not (ws / "unsaved.txt").exists()
+    [kept] = (workspaces.root / ".keel-state").glob("legacy-root-1-*")
+    assert (kept / "unsaved.txt").read_text() == "work in progress"
+    assert WorkspaceState(ws).read_record() is not None

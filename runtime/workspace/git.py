@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from runtime.errors import ConfigError, Permanent
+from runtime.workspace.paths import PathRefused, read_inside
 from runtime.workspace.process import ProcessResult, run_pipeline, run_process
 from runtime.workspace.sandbox import Isolation, Sandbox, SandboxMode, absolute_path, confined
 from runtime.workspace.state import WorkspaceState
@@ -246,33 +247,63 @@ async def workspace_git(
     return ProcessResult(tuple(args), result.returncode, result.stdout, result.stderr)
 
 
-# Prints "keel-head <sha>" on stderr, then a pack of HEAD's commit and everything it needs,
-# less what the commits named on stdin (Keel's mirror has them) bring, where the workspace
-# has them too.
-_PACK_HEAD = (
-    'sha=$(git rev-parse --verify -q "HEAD^{commit}") || '
+# The tail of every script that hands commits to Keel: says "keel-head <sha> <branch>" on
+# stderr, then writes a pack of $sha's commit and everything it needs to stdout, less what
+# the commits named as arguments (the mirror has them) bring, where the workspace has them.
+_NAME_HEAD = (
+    'head=$(git rev-parse "HEAD^{commit}" --abbrev-ref HEAD) || '
     '{ echo "the workspace has no commit at HEAD" >&2; exit 3; }; '
-    'echo "keel-head $sha" >&2; '
-    '{ echo "$sha"; git cat-file --batch-check="%(objectname) %(objecttype)" | '
+    "sha=${head%%$'\\n'*}; echo \"keel-head $sha ${head#*$'\\n'}\" >&2; "
+)
+_SEND_HEAD = (
+    _NAME_HEAD + '{ echo "$sha"; for b in "$@"; do echo "$b"; done | '
+    'git cat-file --batch-check="%(objectname) %(objecttype)" | '
     'while read -r b t; do [ "$t" = commit ] && echo "^$b"; done; } '
     "| git pack-objects --revs --stdout -q"
+)
+# Commits the index (git add --all first) with the message on stdin, then sends the commit,
+# less the objects of the commits named as arguments (which a workspace Keel cloned has, and
+# if it lacks one the pack fails and a push sends HEAD again the careful way, _SEND_HEAD).
+# "nothing to commit" (exit 1) goes to stderr with the rest of git commit's words.
+COMMIT_AND_SEND = (
+    "{ git add --all && git commit --quiet --no-verify -F - >&2; } || exit $?; "
+    + _NAME_HEAD
+    + '{ echo "$sha"; for b in "$@"; do echo "^$b"; done; } | git pack-objects --revs --stdout -q'
 )
 MAX_PACK_BYTES = 2 * 2**30
 
 
-async def import_head(
-    ws: Path, mirror: Path, known: Sequence[str] = (), timeout_s: float = 900.0
-) -> str:
-    """Bring the workspace's HEAD commit into Keel's mirror and return its sha; ``known``
-    names commits the mirror has (the clone's), whose objects need not travel again.
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What a script that sends HEAD to the mirror did: its own result, and the commit it
+    named (empty when it named none) with its branch, and whether the mirror took it."""
+
+    result: ProcessResult
+    sha: str
+    branch: str
+    imported: bool
+    refusal: str = ""
+
+
+async def send_to_mirror(
+    ws: Path,
+    mirror: Path,
+    script: str,
+    *,
+    known: Sequence[str] = (),
+    stdin: bytes | None = None,
+    timeout_s: float = 900.0,
+) -> Sent:
+    """Run ``script`` (ending in ``_SEND_HEAD``) in the workspace's sandbox and stream the
+    pack it writes into Keel's mirror.
 
     The workspace's git packs the objects inside the sandbox; the mirror's ``index-pack``
     checks every object of that stream as it would a fetch's. No git of Keel's reads the
     workspace's repository or its configuration. A sha the sandbox names but did not send is
-    not in the mirror, and the push of it fails there.
+    not in the mirror, and a push of it fails there.
     """
-    bases = "".join(f"{sha}\n" for sha in known if is_sha(sha))
-    pack, env = await _workspace_command(ws, ["bash", "-c", _PACK_HEAD])
+    bases = [sha for sha in known if is_sha(sha)]
+    pack, env = await _workspace_command(ws, ["bash", "-c", script, "keel", *bases])
     index = git_command(
         ["--git-dir", str(mirror), "index-pack", "--stdin", f"--max-input-size={MAX_PACK_BYTES}"]
     )
@@ -283,13 +314,63 @@ async def import_head(
         second_env=index.env,
         cwd=ws,
         second_cwd=mirror,
-        stdin=bases.encode(),
+        stdin=stdin,
         timeout_s=timeout_s,
     )
-    lines = produced.stderr.splitlines()
-    heads = [line.split()[1] for line in lines if line.startswith("keel-head ")]
-    if not produced.ok or not heads or not is_sha(heads[-1]):
-        raise Permanent(f"could not pack the workspace's HEAD: {produced.stderr.strip()[-500:]}")
-    if not indexed.ok:
-        raise Permanent(f"the workspace's objects were refused: {indexed.stderr.strip()[-500:]}")
-    return heads[-1]
+    heads = [line.split() for line in produced.stderr.splitlines() if line.startswith("keel-head ")]
+    sha, branch = (heads[-1][1], heads[-1][2][:255]) if heads and len(heads[-1]) == 3 else ("", "")
+    if not is_sha(sha):
+        sha, branch = "", ""
+    refusal = "" if indexed.ok else indexed.stderr.strip()[-500:]
+    return Sent(produced, sha, branch or "HEAD", produced.ok and indexed.ok and bool(sha), refusal)
+
+
+async def import_head(
+    ws: Path, mirror: Path, known: Sequence[str] = (), timeout_s: float = 900.0
+) -> str:
+    """Bring the workspace's HEAD commit into Keel's mirror and return its sha; ``known``
+    names commits the mirror has (the clone's), whose objects need not travel again."""
+    sent = await send_to_mirror(ws, mirror, _SEND_HEAD, known=known, timeout_s=timeout_s)
+    if not sent.result.ok or not sent.sha:
+        problem = sent.result.stderr.strip()[-500:]
+        raise Permanent(f"could not pack the workspace's HEAD: {problem}")
+    if not sent.imported:
+        raise Permanent(f"the workspace's objects were refused: {sent.refusal}")
+    return sent.sha
+
+
+async def in_mirror(mirror: Path, sha: str) -> bool:
+    """The mirror holds commit ``sha`` (so its objects came through index-pack)."""
+    if not is_sha(sha):
+        return False
+    found = await git(["--git-dir", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"])
+    return found.ok
+
+
+_REF = re.compile(r"refs/heads/[A-Za-z0-9._/+,=@-]{1,200}")
+
+
+def head_named_by_files(ws: Path) -> str | None:
+    """The sha the workspace's ``.git/HEAD`` names, read as plain data (no-follow opens, no
+    git): a hint only, used as-is when the mirror already holds that commit, so that a push
+    right after git_commit needs no second sandbox. Anything unusual (a ``.git`` file, an
+    odd ref, a symbolic ref chain) gives None, and the caller asks the sandboxed git."""
+    try:
+        head = read_inside(ws, ".git/HEAD", 512)[0].decode("ascii").strip()
+        if is_sha(head):
+            return head
+        ref = head.removeprefix("ref: ")
+        if ref == head or not _REF.fullmatch(ref) or ".." in ref or "/." in ref:
+            return None
+        try:
+            loose = read_inside(ws, f".git/{ref}", 128)[0].decode("ascii").strip()
+            return loose if is_sha(loose) else None
+        except FileNotFoundError:
+            packed = read_inside(ws, ".git/packed-refs", 8 * 2**20)[0].decode("utf-8", "replace")
+    except (OSError, PathRefused, UnicodeDecodeError):
+        return None
+    for line in packed.splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref and is_sha(sha):
+            return sha
+    return None

@@ -125,6 +125,7 @@ class Sandbox:
         # --new-session either, so that group still contains the sandboxed processes.
         args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
         args += ["--bind", str(state.tmp), "/tmp"]
+        clear_mount_points(state.tmp, [workspace.absolute(), state.home])
         shown = toolchain_roots(self.env(workspace)["PATH"], workspace, self.readonly_paths)
         shown = [root for root in shown if not _within(Path(root), [str(h) for h in self.hidden])]
         for root in shown:
@@ -300,7 +301,48 @@ def confined(argv: Sequence[str], workspace: Path, env: Mapping[str, str]) -> li
     args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
     args += _masks(secrets, visible=SYSTEM_DIRS)
     args += ["--bind", str(state.tmp), "/tmp", "--bind", ws, ws, "--chdir", ws]
+    clear_mount_points(state.tmp, [workspace.absolute()])
     args += [*NAMESPACES, "--unshare-net", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--", *argv]
+
+
+def clear_mount_points(tmp: Path, destinations: Iterable[Path]) -> None:
+    """Make the folders bubblewrap mounts on inside the command's ``/tmp`` real folders again.
+
+    A workspace under ``/tmp`` (as in tests) is mounted on folders bubblewrap creates in the
+    persistent ``/tmp``, where the last command could have left a link or a file in their
+    place: the next sandbox would then fail to start. Each folder on the way is opened
+    without following links; whatever stands in for one is moved aside.
+    """
+    for destination in destinations:
+        try:
+            relative = destination.relative_to("/tmp")
+        except ValueError:
+            continue
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for name in relative.parts:
+                fd = _enter_real_dir(fd, name)
+        finally:
+            os.close(fd)
+
+
+def _enter_real_dir(fd: int, name: str) -> int:
+    """The descriptor of folder ``name`` in ``fd`` (closing ``fd``), made a real folder."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        try:
+            child = os.open(name, flags, dir_fd=fd)
+        except FileNotFoundError:
+            os.mkdir(name, 0o755, dir_fd=fd)
+            child = os.open(name, flags, dir_fd=fd)
+        except OSError:  # a link (ELOOP) or a file (ENOTDIR) in its place
+            aside = f".moved-by-keel-{os.urandom(4).hex()}"
+            os.rename(name, aside, src_dir_fd=fd, dst_dir_fd=fd)
+            os.mkdir(name, 0o755, dir_fd=fd)
+            child = os.open(name, flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return child

@@ -12,6 +12,7 @@ is read back with ``ls-remote``.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,21 @@ from runtime.errors import Permanent
 from runtime.evidence import EvidenceItem, Strength
 from runtime.tools.base import Completed, Effect, Started, ToolContext, Unknown
 from runtime.tools.devbox.calls import ToolArgs, prepare, refused, schema
-from runtime.workspace.git import git, import_head, is_sha, uses_https, workspace_git, workspace_run
-from runtime.workspace.state import WorkspaceState
+from runtime.workspace.git import (
+    COMMIT_AND_SEND,
+    git,
+    head_named_by_files,
+    import_head,
+    in_mirror,
+    is_sha,
+    send_to_mirror,
+    uses_https,
+    workspace_git,
+    workspace_run,
+)
+from runtime.workspace.state import WorkspaceState, read_no_follow
+
+IMPORTED = "imported"  # beside mirror.git: the last commit sent into it
 
 TRAILER = "Keel-Call"
 ALWAYS_PROTECTED = frozenset({"main", "master"})
@@ -96,11 +110,25 @@ class GitCommit:
         if isinstance(prepared, Completed):
             return prepared
         parsed, ws = prepared
-        message = f"{parsed.message.rstrip()}\n\n{TRAILER}: {ctx.call_id}\n"
-        result = await workspace_run(ws, ["bash", "-c", _COMMIT], stdin=message.encode())
-        if result.returncode == 1 and _NOTHING in result.stdout:
+        message = f"{parsed.message.rstrip()}\n\n{TRAILER}: {ctx.call_id}\n".encode()
+        try:
+            remote: Remote | None = Remote.of(ws)
+        except Permanent:
+            remote = None  # not a clone of Keel's: the commit stays in the workspace
+        if remote is None:
+            result = await workspace_run(ws, ["bash", "-c", _COMMIT], stdin=message)
+            said, (sha, branch) = result.stdout, _parse_head(result.stdout)
+        else:
+            # The same sandbox sends the new commit to Keel's mirror, so a push that follows
+            # finds it there.
+            sent = await send_to_mirror(
+                ws, remote.mirror, COMMIT_AND_SEND, known=remote.known, stdin=message
+            )
+            if sent.imported:
+                remote.remember(sent.sha)
+            result, said, sha, branch = sent.result, sent.result.stderr, sent.sha, sent.branch
+        if result.returncode == 1 and _NOTHING in said:
             return refused("nothing to commit: the workspace has no changes")
-        sha, branch = _parse_head(result.stdout)
         if not result.ok or not sha:
             return refused(f"git commit failed:\n{result.stderr.strip()[-2000:]}")
         return Completed(
@@ -158,7 +186,7 @@ class GitPush:
         if (problem := await self._refusal(remote, parsed.branch)) is not None:
             return refused(problem)
         try:
-            sha = await import_head(ws, remote.mirror, remote.known)
+            sha = await remote.head_of(ws)
         except Permanent as e:
             return refused(f"git push to {parsed.branch} failed: {e}")
         token = await self._token_for(remote, ctx)
@@ -184,7 +212,7 @@ class GitPush:
         parsed, ws = prepared
         try:
             remote = Remote.of(ws)
-            sha = await import_head(ws, remote.mirror, remote.known)
+            sha = await remote.head_of(ws)
         except Permanent as e:
             return f"cannot preview the push: {e}"
         base = f"origin/{remote.default_branch}"
@@ -271,7 +299,7 @@ class Remote:
     url: str
     default_branch: str
     mirror: Path
-    known: tuple[str, ...]  # commits the mirror had from the clone
+    known: tuple[str, ...]  # commits the mirror holds: the clone's, the last one sent
 
     @staticmethod
     def of(ws: Path) -> Remote:
@@ -285,8 +313,33 @@ class Remote:
         default = record.get("default_branch")
         branch = default if isinstance(default, str) and default else "main"
         cloned = record.get("cloned_sha")
-        known = (cloned,) if isinstance(cloned, str) and is_sha(cloned) else ()
-        return Remote(url, branch, state.mirror, known)
+        known = [cloned] if isinstance(cloned, str) and is_sha(cloned) else []
+        try:
+            last = read_no_follow(state.root / IMPORTED).strip()
+            known += [last] if is_sha(last) else []
+        except OSError:
+            pass
+        return Remote(url, branch, state.mirror, tuple(known))
+
+    def remember(self, sha: str) -> None:
+        """The mirror holds ``sha`` now: later packs need not carry its objects again."""
+        path = self.mirror.parent / IMPORTED
+        tmp = path.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{sha}\n")
+        os.replace(tmp, path)
+
+    async def head_of(self, ws: Path) -> str:
+        """The workspace's HEAD commit, in the mirror: what .git/HEAD names when the mirror
+        has it already (the commit git_commit sent), else sent now from the sandbox."""
+        named = head_named_by_files(ws)
+        if named is not None and (named in self.known or await in_mirror(self.mirror, named)):
+            return named
+        sha = await import_head(ws, self.mirror, self.known)
+        self.remember(sha)
+        return sha
 
 
 # A branch name git accepts (``git check-ref-format --branch``), checked here rather than by

@@ -56,21 +56,46 @@ def config_check(
 ) -> None:
     """Validate app.yaml and say what is enabled (secrets are never printed).
 
-    Exits 2 on a configuration error; warns (exit 0) when no surface can receive work. With
-    ``--online``, exits 1 when a provider refuses the credentials.
+    Exits 2 on a configuration error, or when the sandbox ``workspace.sandbox`` asks for
+    cannot start here (Keel would refuse to run commands); warns (exit 0) when no surface can
+    receive work or when commands run unsandboxed (``none``). With ``--online``, exits 1 when
+    a provider refuses the credentials.
     """
     config = _load(path)
     for line in describe(config):
         typer.echo(line)
     _warn_if_deaf(config)
+    sandboxed = _check_sandbox(config)
     if online:
         from adapters.online import online_checks  # PyGithub and slack_sdk: only when asked
 
         checks = online_checks(config)
         for check in checks:
             typer.echo(check.line, err=not check.ok)
-        if not all(check.ok for check in checks):
+        if sandboxed and not all(check.ok for check in checks):
             raise typer.Exit(1)
+    if not sandboxed:
+        raise typer.Exit(2)
+
+
+def _check_sandbox(config: AppConfig) -> bool:
+    """Print how commands will be isolated; False when they could not run at all.
+
+    ``auto`` and ``bwrap`` start bubblewrap once to find out (as the first command would);
+    ``none`` is a warning, not a failure: it works, but nothing confines the commands.
+    """
+    import asyncio
+
+    from adapters.sandbox_check import sandbox_status
+
+    status = asyncio.run(sandbox_status(config.workspace.sandbox))
+    if not status.ok:
+        typer.echo(f"sandbox error: {status.line}", err=True)
+    elif status.warning:
+        typer.echo(f"warning: {status.warning}", err=True)
+    else:
+        typer.echo(status.line)
+    return status.ok
 
 
 @app.command()

@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from adapters.assembly import Keel
 from adapters.config import AppConfig
 from adapters.github.webhook import GitHubWebhook
+from adapters.sandbox_check import sandbox_status
 from adapters.slack.app import SlackEvents
 from adapters.web.api import build_api
 from adapters.web.auth import TOKEN_QUERY, AdminAuth
@@ -136,12 +137,25 @@ def _mount_health(app: FastAPI, keel: Keel) -> None:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        """The database answers and its schema is current."""
+        """The database answers, its schema is current, and commands can run as configured.
+
+        ``workspace.sandbox: auto``/``bwrap`` without a working bubblewrap is not ready: every
+        command would be refused. ``none`` is ready, with a warning in every answer, so that
+        running commands unsandboxed is never silent.
+        """
+        sandbox = await sandbox_status(keel.config.workspace.sandbox)
+        extra: dict[str, object] = {"warnings": [sandbox.warning]} if sandbox.warning else {}
         try:
             revision = await keel.db.schema_revision()
         except Exception as e:  # loop boundary: any failure means not ready
-            return JSONResponse({"ready": False, "error": type(e).__name__}, status_code=503)
+            return _not_ready(type(e).__name__, extra)
         if revision != head:
-            return JSONResponse({"ready": False, "error": "migrations pending"}, status_code=503)
-        return JSONResponse({"ready": True})
+            return _not_ready("migrations pending", extra)
+        if not sandbox.ok:
+            return _not_ready("sandbox unavailable", {"detail": sandbox.line})
+        return JSONResponse({"ready": True, **extra})
+
+
+def _not_ready(error: str, extra: dict[str, object]) -> JSONResponse:
+    return JSONResponse({"ready": False, "error": error, **extra}, status_code=503)
 

@@ -1,8 +1,8 @@
 """What the hardened devbox costs (#37): three ratios against the same work done bare.
 
 - ``sandbox_launch_ms``: ``python3 -S -c pass`` wrapped by ``Sandbox(mode="bwrap").wrap``
-  (prlimit inside bubblewrap: a user namespace with every capability dropped, PID, IPC, UTS,
-  cgroup and network namespaces, the filesystem Keel assembles) against the bare command;
+  (bubblewrap: a user namespace with every capability dropped, PID, IPC and network
+  namespaces, the filesystem Keel assembles) against the bare command;
   process wall time, the argv built once beforehand. Target ≤ 2.
 - ``sandbox_run_command_ms``: a whole ``run_command`` (the devbox tool: start, then poll until
   it reports) of a small repository's pytest suite against the same command as a bare

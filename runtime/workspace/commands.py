@@ -103,7 +103,7 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
     _write_atomic(run.folder / "meta.json", json.dumps(meta))
     argv = sandbox.wrap(["bash", "-c", command], run.workspace, isolation)
     script = run.folder / "run.sh"
-    script.write_text(wrapper_script(run.folder, argv))
+    script.write_text(wrapper_script(run.folder, argv, sandbox.ulimits()))
     launcher = [host_program("setsid"), "--fork", host_program("bash"), str(script)]
     result = await run_process(launcher, cwd=run.workspace, env=sandbox.env(run.workspace))
     if not result.ok:  # recorded as the execution's outcome; polling reports it
@@ -112,8 +112,10 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
     return True
 
 
-def wrapper_script(folder: Path, argv: list[str]) -> str:
+def wrapper_script(folder: Path, argv: list[str], limits: str = "") -> str:
     d = shlex.quote(str(folder))
+    # The limits go on a subshell that becomes the command, so the wrapper keeps its own.
+    run = f"( {limits} && exec {shlex.join(argv)} )" if limits else shlex.join(argv)
     return "\n".join(
         [
             "exec </dev/null >/dev/null 2>&1",  # release the launcher's pipes at once
@@ -121,7 +123,7 @@ def wrapper_script(folder: Path, argv: list[str]) -> str:
             'echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"',
             '[ -e "$d/exit" ] && exit 0',  # stopped before it began: after the pid, see stop()
             'date +%s.%N > "$d/started_at"',
-            f'{shlex.join(argv)} > "$d/stdout" 2> "$d/stderr"',
+            f'{run} > "$d/stdout" 2> "$d/stderr"',
             "rc=$?",
             'date +%s.%N > "$d/finished_at"',
             'echo "$rc" > "$d/exit.$$" && ln "$d/exit.$$" "$d/exit"',

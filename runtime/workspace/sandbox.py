@@ -22,8 +22,8 @@ not ``/root``, ``/home``, ``/var/lib``, other workspaces, nor Keel's database or
 (``hidden``, masked again should a toolchain path contain them). The network is a fresh empty
 namespace unless allowed, and the environment is rebuilt from an allow-list so no Keel,
 Slack, GitHub or model-provider secret reaches repository code. Resource limits (CPU seconds,
-address space, file size, which also bounds the captured output) apply in both modes through
-``prlimit``.
+address space, file size, which also bounds the captured output) apply in both modes, set by
+the wrapper's shell before it starts the sandbox.
 """
 
 from __future__ import annotations
@@ -56,9 +56,11 @@ ETC_SECRETS = (
 # Never shown, whatever PATH, readonly_paths or a virtualenv names: the kernel's views of
 # the host and the whole filesystem.
 NEVER_SHOWN = ("/proc", "/sys", "/dev", "/run")
+# A user namespace with no capabilities and none to make (CapEff 0, as root too), its own PID
+# namespace (its /proc shows only itself; it cannot signal Keel) and IPC namespace (no shared
+# memory of the host's, PostgreSQL's included). bubblewrap always sets no_new_privs.
 NAMESPACES = (
-    "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-    "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
 )
 HOW_TO_FIX = (
     "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces "
@@ -110,12 +112,24 @@ class Sandbox:
         return env | extra
 
     def wrap(self, argv: Sequence[str], workspace: Path, isolation: Isolation) -> list[str]:
-        """``argv`` as it must be executed: limits inside, bubblewrap outside when isolating."""
-        limited = [*self._prlimit(), *argv]
+        """``argv`` as it must be executed: inside bubblewrap when isolating. The resource
+        limits are the caller's to set on the process (``ulimits``): they are inherited."""
         state = WorkspaceState(workspace).ensure()
         if isolation == "none":
-            return limited
-        return [*self._bwrap(workspace, state), "--", *limited]
+            return list(argv)
+        return [*self._bwrap(workspace, state), "--", *argv]
+
+    def ulimits(self) -> str:
+        """The shell builtin that applies ``limits`` to what the shell runs next (no process
+        of its own, unlike prlimit): CPU seconds, address space and file size in KiB."""
+        limits = self.limits
+        flags = [
+            f"-t {limits.cpu_s}" if limits.cpu_s else "",
+            f"-v {limits.address_space_bytes // 1024}" if limits.address_space_bytes else "",
+            f"-f {limits.file_size_bytes // 1024}" if limits.file_size_bytes else "",
+        ]
+        used = [f for f in flags if f]
+        return f"ulimit {' '.join(used)}" if used else ""
 
     def _bwrap(self, workspace: Path, state: WorkspaceState) -> list[str]:
         ws = str(workspace.absolute())
@@ -142,17 +156,6 @@ class Sandbox:
         for key, value in self.env(workspace).items():
             args += ["--setenv", key, value]
         return args
-
-    def _prlimit(self) -> list[str]:
-        if shutil.which("prlimit") is None:
-            return []
-        limits = self.limits
-        flags = [
-            f"--cpu={limits.cpu_s}" if limits.cpu_s else "",
-            f"--as={limits.address_space_bytes}" if limits.address_space_bytes else "",
-            f"--fsize={limits.file_size_bytes}" if limits.file_size_bytes else "",
-        ]
-        return ["prlimit", *[f for f in flags if f], "--"]
 
 
 def absolute_path() -> str:

@@ -5,6 +5,8 @@
 - ``github_state.GitHubState`` / ``github.create_github_app``: the GitHub REST subset.
 - ``faults``: the request log and fault injection both emulators share.
 - ``webhooks``: signed Slack and GitHub webhook requests and their delivery.
-- ``corpus``: payloads from ../shared/corpora by name; ``contract``: response validation
-  against the providers' API descriptions (tests only; needs jsonschema).
+- ``corpus``: real provider payloads by name, from ``corpora/`` (package data; its
+  SOURCES.md names their origins); ``contract``: response validation against the providers'
+  API descriptions (tests only, with the trimmed descriptions in tests/fixtures; needs
+  jsonschema).
 """

@@ -2,7 +2,9 @@
 
 GitHub's description is OpenAPI 3.0 (``nullable`` instead of JSON Schema's null type) and
 Slack's is Swagger 2.0 (``#/definitions``). Both are turned into plain JSON Schema documents
-once, so an emulator response is checked against the real operation's response schema.
+once, so an emulator response is checked against the real operation's response schema. The
+tests load trimmed copies (tests/fixtures/{github,slack}/openapi): the operations they check
+and every component those reference, as upstream wrote them; the whole files work as well.
 """
 
 from __future__ import annotations
@@ -16,10 +18,6 @@ import jsonschema  # type: ignore[import-untyped, unused-ignore]
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT4, DRAFT202012
 
-from adapters.emulators.corpus import corpora_root
-
-GITHUB_SPEC = Path("github") / "openapi" / "api.github.com.json"
-SLACK_SPEC = Path("slack") / "openapi" / "slack_web_openapi_v2.json"
 _GITHUB_URI = "urn:keel:github-openapi"
 _SLACK_URI = "urn:keel:slack-openapi"
 
@@ -110,15 +108,16 @@ class SlackContract:
         self.validate_schema(self.response_schema(method, status), body)
 
 
-def load_github_contract(root: Path | None = None) -> GitHubContract:
-    """Read and convert the 13 MB GitHub description; callers load it once per session."""
-    raw = json.loads(((root or corpora_root()) / GITHUB_SPEC).read_text())
+def load_github_contract(description: Path) -> GitHubContract:
+    """Read and convert GitHub's REST description; callers load it once per session."""
+    raw = json.loads(description.read_text())
     spec = _without_nullable(raw)
     resource: Resource[Any] = DRAFT202012.create_resource(spec)
     return GitHubContract(spec=spec, registry=Registry().with_resource(_GITHUB_URI, resource))
 
 
-def load_slack_contract(root: Path | None = None) -> SlackContract:
-    spec = json.loads(((root or corpora_root()) / SLACK_SPEC).read_text())
+def load_slack_contract(description: Path) -> SlackContract:
+    """Read Slack's Web API description (Swagger 2.0)."""
+    spec = json.loads(description.read_text())
     resource: Resource[Any] = DRAFT4.create_resource(spec)
     return SlackContract(spec=spec, registry=Registry().with_resource(_SLACK_URI, resource))

@@ -1,7 +1,9 @@
-"""Where the shared corpora of real provider payloads live, and loading them by name.
+"""Where the corpora of real provider payloads live, and loading them by name.
 
-The corpora sit beside the repository (``../shared/corpora``); ``KEEL_CORPORA_DIR``
-overrides that for installs that keep them elsewhere.
+The payloads ship with this package (``corpora/``: GitHub webhook examples and Slack Events
+API bodies, copied from their upstream repositories; ``corpora/SOURCES.md`` names each
+source and license). ``KEEL_CORPORA_DIR`` overrides that with another tree of the same
+layout (``github/webhooks/<event>/<action>.json``, ``slack/events/<name>.json``).
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-_DEFAULT_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
+BUNDLED_ROOT = Path(__file__).resolve().parent / "corpora"
 
 
 def corpora_root() -> Path:
     configured = os.environ.get("KEEL_CORPORA_DIR")
-    return Path(configured) if configured else _DEFAULT_ROOT
+    return Path(configured) if configured else BUNDLED_ROOT
 
 
 def load_github_example(name: str, **overrides: Any) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """GitHub REST response bodies, rendered from the examples in GitHub's API description.
 
-``github_templates.json`` holds response examples copied from
-../shared/corpora/github/openapi/api.github.com.json; each renderer fills a template with
-the emulator's records, so every field the description requires is present and the URLs
-point back at the emulator (PyGithub follows ``url`` fields for its later calls).
+``github_templates.json`` holds response examples copied from GitHub's REST description
+(api.github.com.json of npm @octokit/openapi 23.0.2; origin and license in
+corpora/SOURCES.md); each renderer fills a template with the emulator's records, so every
+field the description requires is present and the URLs point back at the emulator
+(PyGithub follows ``url`` fields for its later calls).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """An in-memory emulator of the part of Slack's Web API that Keel uses.
 
 Methods answer under ``/api/<method>`` with Slack's envelope (``ok``/``error``, HTTP 200
-even for errors, like Slack); shapes follow ../shared/corpora/slack (the Web API OpenAPI
-and its examples). Arguments are read from the query string, a form body or a JSON body,
-since slack_sdk uses all three. Where Slack's behaviour is loosely specified the emulator is
-strict: channels must be seeded, and a ``thread_ts`` must name a message in that channel.
+even for errors, like Slack); shapes follow Slack's Web API description and its examples
+(slackapi/slack-api-specs; the tests check against it, trimmed, in tests/fixtures). Arguments
+are read from the query string, a form body or a JSON body, since slack_sdk uses all three.
+Where Slack's behaviour is loosely specified the emulator is strict: channels must be
+seeded, and a ``thread_ts`` must name a message in that channel.
 
 Files shared in messages are served at ``/files-pri/<team>-<file id>/download/<name>`` to a
 valid bearer token only (anyone else gets a sign-in page, as from Slack); ``refuse(method,

@@ -1,6 +1,6 @@
 """A daemon's one long-lived task, end to end on a real database: routing, worker, executor.
 
-Events are real check_run webhook payloads (the shared corpus) through the GitHub adapter's
+Events are real check_run webhook payloads (the payload corpus) through the GitHub adapter's
 translation and the router; the task runs on a real worker with the scripted model behind a
 recording fake at the model port, and test tools at the tool port. A restart is a fresh
 database handle, scheduler, router and worker on the same database.

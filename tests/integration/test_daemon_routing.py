@@ -1,6 +1,6 @@
 """Daemons on a real database: one activation per burst, and never a reaction to ourselves.
 
-Signals come from real check_run webhook payloads in the shared corpus, through the GitHub
+Signals come from real check_run webhook payloads in the payload corpus, through the GitHub
 adapter's own translation.
 """
 
@@ -10,11 +10,11 @@ import asyncio
 import copy
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
+from adapters.emulators.corpus import corpora_root
 from adapters.github.signals import GitHubIdentity, signal_from_github
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.intake import IngestResult, Router
@@ -26,8 +26,7 @@ from runtime.store.engine import Database
 from runtime.store.models import TaskRow
 from runtime.store.records import TaskResult, TaskSpec, TaskStatus
 
-CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
-CHECK_RUN = CORPORA / "github" / "webhooks" / "check_run"
+CHECK_RUN = corpora_root() / "github" / "webhooks" / "check_run"
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 US = GitHubIdentity(bot_login="keel-bot", app_id=4242)
 REPO = "Codertocat/Hello-World"

@@ -1,5 +1,5 @@
 """The GitHub emulator driven by the real PyGithub over loopback sockets, its responses
-checked against GitHub's REST description in ../shared/corpora/github/openapi."""
+checked against GitHub's REST description (trimmed to what is checked, in tests/fixtures)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from adapters.emulators.webhooks import (
     sign_github,
 )
 from tests.factories import app_key_pair
+from tests.fixtures import GITHUB_OPENAPI
 
 TOKEN = "ghp_keel_emulated"
 REPO = "acme/widgets"
@@ -59,7 +60,7 @@ class GitHub:
 
 @pytest.fixture(scope="module")
 def contract() -> GitHubContract:
-    return load_github_contract()
+    return load_github_contract(GITHUB_OPENAPI)
 
 
 @pytest.fixture(scope="module")

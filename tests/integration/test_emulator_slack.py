@@ -1,5 +1,5 @@
 """The Slack emulator driven by the real slack_sdk over loopback sockets, its responses
-checked against Slack's Web API description in ../shared/corpora/slack/openapi."""
+checked against Slack's Web API description (trimmed to what is checked, in tests/fixtures)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from adapters.emulators.contract import SlackContract, load_slack_contract
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.emulators.webhooks import deliver, load_slack_event, sign_slack
+from tests.fixtures import SLACK_OPENAPI
 
 TOKEN = "xoxb-keel-emulated"
 CHANNEL = "C0KEELGEN1"
@@ -42,7 +43,7 @@ class Slack:
 
 @pytest.fixture(scope="module")
 def contract() -> SlackContract:
-    return load_slack_contract()
+    return load_slack_contract(SLACK_OPENAPI)
 
 
 @pytest.fixture
@@ -381,8 +382,8 @@ def _with_files(schema: dict[str, Any], contract: SlackContract) -> dict[str, An
 
 def _with_paging(contract: SlackContract, method: str) -> dict[str, Any]:
     """The 2021 description leaves ``response_metadata`` out of conversations.replies, but
-    Slack's own example of the method (corpus web-api-examples/conversations.replies.json)
-    pages with it; allow exactly that, in the description's "new paging style"."""
+    Slack's own example of the method (its response example in the description) pages
+    with it; allow exactly that, in the description's "new paging style"."""
     schema = contract.response_schema(method)
     paging = contract.definition("objs_response_metadata")["items"][0]
     return {**schema, "properties": {**schema["properties"], "response_metadata": paging}}

@@ -1,4 +1,4 @@
-"""Provider payloads → Signals, walked over every real example in the shared corpus.
+"""Provider payloads → Signals, walked over every real example in the payload corpus.
 
 Each Slack event and GitHub webhook example becomes the expected Signal kind or an Ignored
 with a reason from the closed set; none raises. Hand-edited copies of corpus payloads cover
@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adapters.emulators.corpus import corpora_root
 from adapters.github.signals import GitHubIdentity, signal_from_github
 from adapters.slack.signals import SlackIdentity, signal_from_slack_event
 from routing.signal import (
@@ -30,7 +31,7 @@ from routing.signal import (
 )
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, parse_thread
 
-CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
+CORPORA = corpora_root()
 SLACK_EVENTS = CORPORA / "slack" / "events"
 GITHUB_WEBHOOKS = CORPORA / "github" / "webhooks"
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

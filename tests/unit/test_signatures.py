@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
+from adapters.emulators.corpus import corpora_root
 from adapters.github.verify import verify_github_signature
 from adapters.slack.verify import verify_slack_signature
 
-CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
+CORPORA = corpora_root()
 GITHUB_BODY = (CORPORA / "github" / "webhooks" / "issue_comment" / "created.json").read_bytes()
 SLACK_BODY = (CORPORA / "slack" / "events" / "app_mention.json").read_bytes()
 GITHUB_SECRET = b"It's a Secret to Everybody"

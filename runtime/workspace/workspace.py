@@ -72,10 +72,16 @@ class Workspaces:
         check_repo_url(spec.repo_url)
         path = self.path_for(spec.root_task_id)
         async with self._locks.setdefault(spec.root_task_id, asyncio.Lock()):
+            state = WorkspaceState(path)
+            record = state.read_record()
+            if record is not None and record.get("sandbox") != self.sandbox.mode:
+                # Keel's git in a workspace isolates as configured now, not as when it was
+                # cloned: a workspace made under ``none`` gets no unsandboxed git after a
+                # restart with bubblewrap.
+                state.write_record(record | {"sandbox": self.sandbox.mode})
             if await is_valid(path, spec):
                 return path
-            state = WorkspaceState(path)
-            if state.read_record() is None and (path / LEGACY_RECORD).is_file():
+            if record is None and (path / LEGACY_RECORD).is_file():
                 kept = self.root / STATE_FOLDER / f"legacy-{path.name}-{uuid.uuid4().hex[:8]}"
                 log.warning(
                     "workspace %s predates Keel's state folder; its files are kept at %s "

@@ -150,6 +150,8 @@ async def clone(
         raise Retryable(f"checking out {spec.repo_url} failed: {local.stderr.strip()[-500:]}")
     await git(["-C", str(dest), "remote", "set-url", "origin", source])
     if spec.ref:
+        if spec.ref.startswith("-") or "\x00" in spec.ref:  # a pull request's branch name
+            raise NotFound(f"ref {spec.ref!r} is not a ref git can check out")
         checkout = await git(["-C", str(dest), "checkout", "--quiet", spec.ref, "--"])
         if not checkout.ok:
             raise NotFound(f"ref {spec.ref!r} not found in {spec.repo_url}: {checkout.stderr}")

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import pytest
 
-from runtime.errors import ConfigError, Retryable
+from runtime.errors import ConfigError, NotFound, Retryable
 from runtime.workspace import Workspaces, WorkspaceSpec
 from runtime.workspace.git import git, git_command
 from runtime.workspace.state import WorkspaceState
@@ -202,3 +202,13 @@ async def test_workspace_of_an_older_keel_kept_aside_when_cloned_again(
     [kept] = (workspaces.root / ".keel-state").glob("legacy-root-1-*")
     assert (kept / "unsaved.txt").read_text() == "work in progress"
     assert WorkspaceState(ws).read_record() is not None
+
+
+@pytest.mark.parametrize("ref", ["--orphan=evil", "-b"])
+async def test_ref_that_reads_as_an_option_refused_when_cloning(
+    bare: Path, workspaces: Workspaces, ref: str
+) -> None:
+    """A pull request's branch name comes from whoever opened it: it never becomes a flag."""
+    with pytest.raises(NotFound):
+        await workspaces.ensure(WorkspaceSpec("root-1", str(bare), ref=ref))
+    assert not workspaces.path_for("root-1").exists()

@@ -142,22 +142,22 @@ NOTES = {
         "configuration: worker 113 -> 87 MB, serve 138 -> 106 MB."
     ),
     "sandbox_launch_ms": (
-        "bubblewrap with a user namespace, every capability dropped and fresh PID, IPC, UTS, "
-        "cgroup and network namespaces, plus prlimit, around a ~20 ms interpreter start; the "
-        "fixed cost is ~10 ms of process set-up and mounts, so on a loaded host the ratio of "
-        "one run swings (min-max printed)."
+        "bubblewrap with a user namespace, every capability dropped and fresh PID, IPC and "
+        "network namespaces (limits are ulimit builtins of the wrapper, no process) around a "
+        "~10 ms interpreter start; the fixed cost is ~8 ms of namespace set-up and mounts, so "
+        "on a loaded host the ratio of one run swings (min-max printed)."
     ),
     "sandbox_run_command_ms": (
         "The detached wrapper, the execution record and the sandbox launch are a fixed cost "
         "of tens of ms on top of the test run; polls are every 10 ms in this benchmark."
     ),
     "sandbox_git_commit_push_ms": (
-        "git_commit is one sandboxed script (bubblewrap, then git add, diff --cached, commit, "
-        "rev-parse, symbolic-ref: ~40-80 ms under load); git_push checks the branch name, "
-        "lists the mirror's refs, packs HEAD inside the sandbox into the mirror's index-pack "
-        "(~20-60 ms), pushes from the mirror (~30-45 ms) and reads the branch back with "
-        "ls-remote (~6 ms). The bare baseline is two git processes (commit, push: ~80 ms "
-        "together), so the sandbox launch and the pack hand-off are what the ratio pays for."
+        "git_commit is one sandboxed script (bubblewrap, git add, commit, rev-parse, then "
+        "pack-objects of the new commit streamed into the mirror's index-pack); git_push "
+        "finds that commit in the mirror (.git/HEAD read as data, no sandbox), pushes from "
+        "the mirror and reads the branch back with ls-remote (~6 ms). The bare baseline is "
+        "two git processes (commit, push), so the sandbox launch, the pack hand-off and the "
+        "read-back are what the ratio pays for."
     ),
     "worker_cpu_ms_per_phase": (
         "Process CPU of the worker ÷ phases: SQLAlchemy and the driver per statement, and "

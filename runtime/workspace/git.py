@@ -35,7 +35,14 @@ from urllib.parse import urlsplit
 from runtime.errors import ConfigError, Permanent
 from runtime.workspace.paths import PathRefused, read_inside
 from runtime.workspace.process import ProcessResult, run_pipeline, run_process
-from runtime.workspace.sandbox import Isolation, Sandbox, SandboxMode, absolute_path, confined
+from runtime.workspace.sandbox import (
+    Isolation,
+    Sandbox,
+    SandboxMode,
+    absolute_path,
+    confined,
+    host_program,
+)
 from runtime.workspace.state import WorkspaceState
 
 # Belt and braces for Keel's trusted git, whose only configuration is Keel's own: no hooks,
@@ -217,6 +224,13 @@ async def workspace_isolation(ws: Path) -> Isolation:
     return await Sandbox(mode=checked).isolation()
 
 
+def _recorded_hidden(ws: Path) -> list[Path]:
+    """Keel's files (configuration, database) that the workspace's sandboxes must not see,
+    as Workspaces recorded them."""
+    hidden = (WorkspaceState(ws).read_record() or {}).get("hidden", [])
+    return [Path(h) for h in hidden if isinstance(h, str) and h.startswith("/")]
+
+
 async def _workspace_command(ws: Path, argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     isolation = await workspace_isolation(ws)
     env = ISOLATED_CONFIG | _WORKSPACE_CONFIG | {
@@ -226,7 +240,7 @@ async def _workspace_command(ws: Path, argv: Sequence[str]) -> tuple[list[str], 
     if isolation == "none":
         home = WorkspaceState(ws).ensure().home
         return list(argv), env | {"HOME": str(home)}
-    wrapped = confined(argv, ws, env | {"HOME": "/tmp"})
+    wrapped = confined(argv, ws, env | {"HOME": "/tmp"}, hidden=_recorded_hidden(ws))
     return wrapped, {"PATH": absolute_path()}
 
 
@@ -271,6 +285,7 @@ COMMIT_AND_SEND = (
     + '{ echo "$sha"; for b in "$@"; do echo "^$b"; done; } | git pack-objects --revs --stdout -q'
 )
 MAX_PACK_BYTES = 2 * 2**30
+INDEX_LIMITS = f"ulimit -v {2**30 // 1024} -t 600"  # 1 GiB, 10 CPU minutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,11 +320,21 @@ async def send_to_mirror(
     bases = [sha for sha in known if is_sha(sha)]
     pack, env = await _workspace_command(ws, ["bash", "-c", script, "keel", *bases])
     index = git_command(
-        ["--git-dir", str(mirror), "index-pack", "--stdin", f"--max-input-size={MAX_PACK_BYTES}"]
+        [
+            "--git-dir",
+            str(mirror),
+            "index-pack",
+            "--stdin",
+            "--threads=1",
+            f"--max-input-size={MAX_PACK_BYTES}",
+        ]
     )
+    # The pack is the sandbox's to write: a delta may claim any size. index-pack runs with
+    # a bounded address space and CPU time, so a small pack cannot take the host's memory.
+    limited = [host_program("bash"), "-c", f'{INDEX_LIMITS} && exec "$@"', "keel-limits"]
     produced, indexed = await run_pipeline(
         pack,
-        index.argv,
+        [*limited, *index.argv],
         first_env=env,
         second_env=index.env,
         cwd=ws,

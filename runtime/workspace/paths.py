@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import secrets
 import stat
@@ -169,8 +170,8 @@ def list_inside(workspace: Path, path: str, limit: int) -> list[str]:
 
 
 def _list(fd: int, prefix: str, entries: list[str], limit: int, depth: int) -> None:
-    with os.scandir(fd) as listing:
-        children = sorted(listing, key=lambda entry: entry.name)
+    with os.scandir(fd) as listing:  # a folder of a million files is read only so far
+        children = sorted(itertools.islice(listing, limit + 1), key=lambda entry: entry.name)
     for child in children:
         if len(entries) > limit:
             return

@@ -1,7 +1,9 @@
 """The one place where Keel's workspace code runs a child process (git, probes, launchers).
 
 Everything blocking about a subprocess is done here with asyncio, so callers never touch
-``subprocess`` themselves and a slow git never stalls the event loop.
+``subprocess`` themselves and a slow git never stalls the event loop. What a child prints is
+kept only up to ``OUTPUT_LIMIT`` bytes a stream (its head and its tail): the child may be
+sandboxed repository code, and Keel's memory is not its to fill.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.errors import Retryable
+
+OUTPUT_LIMIT = 8 * 2**20
+_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +41,8 @@ async def run_process(
     stdin: bytes | None = None,
     timeout_s: float = 300.0,
 ) -> ProcessResult:
-    """Run ``argv`` to completion and capture its output; a timeout kills it and is Retryable."""
+    """Run ``argv`` to completion and capture its output (bounded); a timeout kills it and is
+    Retryable."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -46,18 +52,11 @@ async def run_process(
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+        out, err = await asyncio.wait_for(_talk(proc, stdin), timeout_s)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+        await _kill(proc)
         raise Retryable(f"{argv[0]} did not finish within {timeout_s:.0f}s") from None
-    return ProcessResult(
-        argv=tuple(argv),
-        returncode=proc.returncode if proc.returncode is not None else -1,
-        stdout=out.decode("utf-8", "replace"),
-        stderr=err.decode("utf-8", "replace"),
-    )
+    return ProcessResult(tuple(argv), _code(proc), out, err)
 
 
 async def run_pipeline(
@@ -83,36 +82,77 @@ async def run_pipeline(
             stdout=write_end,
             stderr=asyncio.subprocess.PIPE,
         )
-        consumer = await asyncio.create_subprocess_exec(
-            *second,
-            cwd=second_cwd,
-            env=dict(second_env),
-            stdin=read_end,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        try:
+            consumer = await asyncio.create_subprocess_exec(
+                *second,
+                cwd=second_cwd,
+                env=dict(second_env),
+                stdin=read_end,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except BaseException:
+            await _kill(producer)
+            raise
     finally:
         os.close(read_end)
         os.close(write_end)
     try:
         (_, first_err), (out, err) = await asyncio.wait_for(
-            asyncio.gather(producer.communicate(stdin), consumer.communicate()), timeout_s
+            asyncio.gather(_talk(producer, stdin), _talk(consumer, None)), timeout_s
         )
     except TimeoutError:
         for proc in (producer, consumer):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await _kill(proc)
         raise Retryable(f"{first[0]} | {second[0]} ran past {timeout_s:.0f}s") from None
     return (
-        ProcessResult(tuple(first), _code(producer), "", first_err.decode("utf-8", "replace")),
-        ProcessResult(
-            tuple(second),
-            _code(consumer),
-            out.decode("utf-8", "replace"),
-            err.decode("utf-8", "replace"),
-        ),
+        ProcessResult(tuple(first), _code(producer), "", first_err),
+        ProcessResult(tuple(second), _code(consumer), out, err),
     )
+
+
+async def _talk(proc: asyncio.subprocess.Process, stdin: bytes | None) -> tuple[str, str]:
+    """Feed ``stdin`` and read both streams at once (bounded) until the process ends."""
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if stdin:
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+    _, out, err = await asyncio.gather(feed(), _bounded(proc.stdout), _bounded(proc.stderr))
+    await proc.wait()
+    return out, err
+
+
+async def _bounded(stream: asyncio.StreamReader | None, limit: int = OUTPUT_LIMIT) -> str:
+    """All of ``stream``, read to its end, keeping at most its first and last ``limit // 2``
+    bytes around a note of what was left out."""
+    if stream is None:
+        return ""
+    head, tail = bytearray(), bytearray()
+    dropped = 0
+    half = limit // 2
+    while chunk := await stream.read(_CHUNK):
+        room = half - len(head)
+        if room > 0:
+            head += chunk[:room]
+            chunk = chunk[room:]
+        tail += chunk
+        if len(tail) > half:
+            dropped += len(tail) - half
+            del tail[: len(tail) - half]
+    gap = f"\n[... {dropped} bytes left out ...]\n".encode() if dropped else b""
+    return bytes(head + gap + tail).decode("utf-8", "replace")
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
 
 
 def _code(proc: asyncio.subprocess.Process) -> int:

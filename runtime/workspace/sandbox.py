@@ -28,9 +28,12 @@ the wrapper's shell before it starts the sandbox.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,7 +149,7 @@ class Sandbox:
             args += ["--ro-bind", root, root]
         if self.network:
             args += _resolver_binds()
-        secrets = [*map(Path, ETC_SECRETS), *Path("/etc/ssh").glob("ssh_host_*key"), *self.hidden]
+        secrets = [*host_secrets(), *self.hidden]
         args += _masks(secrets, visible=[*SYSTEM_DIRS, *shown])
         args += ["--bind", ws, ws, "--bind", str(state.home), str(state.home), "--chdir", ws]
         args += NAMESPACES
@@ -294,13 +297,21 @@ async def _probe_bwrap() -> tuple[bool, str]:
     return False, f"bubblewrap failed to start: {problem}"
 
 
-def confined(argv: Sequence[str], workspace: Path, env: Mapping[str, str]) -> list[str]:
+def confined(
+    argv: Sequence[str],
+    workspace: Path,
+    env: Mapping[str, str],
+    *,
+    hidden: Iterable[Path] = (),
+    limits: Limits = Limits(),
+) -> list[str]:
     """``argv`` in the narrowest sandbox: the system directories, the workspace and its
-    ``/tmp``, no network. For Keel's own git in a workspace, which needs no toolchain."""
+    ``/tmp``, no network, the same resource limits and hidden files as a command's. For
+    Keel's own git in a workspace, which needs no toolchain."""
     state = WorkspaceState(workspace).ensure()
     ensure_real_dir(workspace)
     ws = str(workspace.absolute())
-    secrets = [*map(Path, ETC_SECRETS), *Path("/etc/ssh").glob("ssh_host_*key")]
+    secrets = [*host_secrets(), *hidden]
     args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
     args += _masks(secrets, visible=SYSTEM_DIRS)
     args += ["--bind", str(state.tmp), "/tmp", "--bind", ws, ws, "--chdir", ws]
@@ -308,7 +319,63 @@ def confined(argv: Sequence[str], workspace: Path, env: Mapping[str, str]) -> li
     args += [*NAMESPACES, "--unshare-net", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
+    ulimits = Sandbox(limits=limits).ulimits()
+    if ulimits:
+        argv = ["bash", "-c", f'{ulimits} && exec "$@"', "keel-limits", *argv]
     return [*args, "--", *argv]
+
+
+def host_secrets() -> list[Path]:
+    """What the host hides from other users under ``/etc``, masked in every sandbox: the
+    known secrets, and every file or folder there that is not world-readable (a sandbox run
+    by root would otherwise own them all: its user namespace maps it to root)."""
+    return [
+        *map(Path, ETC_SECRETS),
+        *Path("/etc/ssh").glob("ssh_host_*key"),
+        *_private_etc(_etc_version()),
+    ]
+
+
+def _etc_version() -> tuple[float, ...]:
+    """Changes when an entry is added to ``/etc`` or to one of its folders (their mtimes),
+    so a root-only file created there after Keel started is masked too."""
+    stamps = [os.stat("/etc").st_mtime]
+    with os.scandir("/etc") as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    stamps.append(entry.stat(follow_symlinks=False).st_mtime)
+    return tuple(stamps)
+
+
+@functools.lru_cache(maxsize=1)
+def _private_etc(version: tuple[float, ...]) -> tuple[Path, ...]:
+    found: list[Path] = []
+    for folder, dirs, files in os.walk("/etc", onerror=lambda e: None):
+        kept = []
+        for name in dirs:
+            path = Path(folder, name)
+            if os.path.islink(path):
+                continue
+            if _world(path, stat.S_IROTH | stat.S_IXOTH):
+                kept.append(name)
+            else:
+                found.append(path)
+        dirs[:] = kept
+        found += [
+            Path(folder, name)
+            for name in files
+            if not os.path.islink(Path(folder, name))
+            and not _world(Path(folder, name), stat.S_IROTH)
+        ]
+    return tuple(found)
+
+
+def _world(path: Path, bits: int) -> bool:
+    try:
+        return os.lstat(path).st_mode & bits == bits
+    except OSError:
+        return True
 
 
 def clear_mount_points(tmp: Path, destinations: Iterable[Path]) -> None:

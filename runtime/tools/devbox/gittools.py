@@ -12,6 +12,7 @@ is read back with ``ls-remote``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -39,6 +40,20 @@ from runtime.workspace.git import (
 from runtime.workspace.state import WorkspaceState, read_no_follow
 
 IMPORTED = "imported"  # beside mirror.git: the last commit sent into it
+PINNED = "pinned"  # beside mirror.git: per push call, the commit its approval preview showed
+
+
+def _call_key(ctx: ToolContext) -> str:
+    return hashlib.sha256(f"{ctx.task_id}\0{ctx.call_id}".encode()).hexdigest()[:32]
+
+
+def _write_private(path: Path, sha: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{sha}\n")
+    os.replace(tmp, path)
 
 TRAILER = "Keel-Call"
 ALWAYS_PROTECTED = frozenset({"main", "master"})
@@ -186,7 +201,8 @@ class GitPush:
         if (problem := await self._refusal(remote, parsed.branch)) is not None:
             return refused(problem)
         try:
-            sha = await remote.head_of(ws)
+            # What an approval preview showed is what goes: HEAD may have moved since.
+            sha = remote.pinned(ctx) or await remote.head_of(ws)
         except Permanent as e:
             return refused(f"git push to {parsed.branch} failed: {e}")
         token = await self._token_for(remote, ctx)
@@ -215,6 +231,7 @@ class GitPush:
             sha = await remote.head_of(ws)
         except Permanent as e:
             return f"cannot preview the push: {e}"
+        remote.pin(ctx, sha)
         base = f"origin/{remote.default_branch}"
         mirror = ["--git-dir", str(remote.mirror)]
         branch = f"refs/heads/{remote.default_branch}"
@@ -237,7 +254,7 @@ class GitPush:
             remote = Remote.of(ws)
         except Permanent as e:
             return Unknown(str(e))
-        local_sha, _ = await head(ws)
+        local_sha = remote.pinned(ctx) or (await head(ws))[0]
         token = await self._token_for(remote, ctx)
         return await self._read_back(remote, parsed.branch, local_sha, token)
 
@@ -323,13 +340,20 @@ class Remote:
 
     def remember(self, sha: str) -> None:
         """The mirror holds ``sha`` now: later packs need not carry its objects again."""
-        path = self.mirror.parent / IMPORTED
-        tmp = path.with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{sha}\n")
-        os.replace(tmp, path)
+        _write_private(self.mirror.parent / IMPORTED, sha)
+
+    def pin(self, ctx: ToolContext, sha: str) -> None:
+        """Record the commit an approval preview showed for this call: the push sends it."""
+        folder = self.mirror.parent / PINNED
+        folder.mkdir(mode=0o700, exist_ok=True)
+        _write_private(folder / _call_key(ctx), sha)
+
+    def pinned(self, ctx: ToolContext) -> str | None:
+        try:
+            sha = read_no_follow(self.mirror.parent / PINNED / _call_key(ctx)).strip()
+        except OSError:
+            return None
+        return sha if is_sha(sha) else None
 
     async def head_of(self, ws: Path) -> str:
         """The workspace's HEAD commit, in the mirror: what .git/HEAD names when the mirror

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from runtime.workspace import cgroups
 from runtime.workspace.process import run_process
 from runtime.workspace.sandbox import Sandbox, host_program
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
@@ -103,7 +104,9 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
     _write_atomic(run.folder / "meta.json", json.dumps(meta))
     argv = sandbox.wrap(["bash", "-c", command], run.workspace, isolation)
     script = run.folder / "run.sh"
-    script.write_text(wrapper_script(run.folder, argv, sandbox.ulimits()))
+    group = cgroups.make_group(_group_name(run))
+    joined = (cgroups.join_line(group), cgroups.leave_line(group))
+    script.write_text(wrapper_script(run.folder, argv, sandbox.ulimits(), joined))
     launcher = [host_program("setsid"), "--fork", host_program("bash"), str(script)]
     result = await run_process(launcher, cwd=run.workspace, env=sandbox.env(run.workspace))
     if not result.ok:  # recorded as the execution's outcome; polling reports it
@@ -112,7 +115,18 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
     return True
 
 
-def wrapper_script(folder: Path, argv: list[str], limits: str = "") -> str:
+def _group_name(run: CommandRun) -> str:
+    return f"exec-{run.exec_id}"
+
+
+def _release(run: CommandRun) -> None:
+    """Remove the run's process-count group once it has ended (best effort)."""
+    cgroups.remove_group(cgroups.existing_group(_group_name(run)))
+
+
+def wrapper_script(
+    folder: Path, argv: list[str], limits: str = "", group: tuple[str, str] = (":", ":")
+) -> str:
     d = shlex.quote(str(folder))
     # The limits go on a subshell that becomes the command, so the wrapper keeps its own.
     run = f"( {limits} && exec {shlex.join(argv)} )" if limits else shlex.join(argv)
@@ -120,11 +134,13 @@ def wrapper_script(folder: Path, argv: list[str], limits: str = "") -> str:
         [
             "exec </dev/null >/dev/null 2>&1",  # release the launcher's pipes at once
             f"d={d}",
+            group[0],  # into the run's process-count group first, so all it starts is counted
             'echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"',
             '[ -e "$d/exit" ] && exit 0',  # stopped before it began: after the pid, see stop()
             'date +%s.%N > "$d/started_at"',
             f'{run} > "$d/stdout" 2> "$d/stderr"',
             "rc=$?",
+            group[1],
             'date +%s.%N > "$d/finished_at"',
             'echo "$rc" > "$d/exit.$$" && ln "$d/exit.$$" "$d/exit"',
             'rm -f "$d/exit.$$"',
@@ -136,6 +152,7 @@ def wrapper_script(folder: Path, argv: list[str], limits: str = "") -> str:
 def check(run: CommandRun) -> Running | Finished:
     """The execution's state now; enforces its timeout and notices a vanished process."""
     if (finished := read_exit(run)) is not None:
+        _release(run)
         return finished
     meta = read_meta(run)
     created, timeout_s = (meta.created_at, meta.timeout_s) if meta else (_mtime(run), 0.0)
@@ -165,6 +182,7 @@ def stop(run: CommandRun) -> Finished:
     pid = _read_int(run.folder / "pid")
     if finished.outcome == "stopped" and pid is not None and wrapper_alive(run, pid):
         kill_tree(pid)
+    _release(run)
     return finished
 
 

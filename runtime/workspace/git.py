@@ -25,14 +25,17 @@ credentials; redirects are not followed, so a token never travels to another hos
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from runtime.errors import ConfigError, Permanent
+from runtime.workspace import cgroups
 from runtime.workspace.paths import PathRefused, read_inside
 from runtime.workspace.process import ProcessResult, run_pipeline, run_process
 from runtime.workspace.sandbox import (
@@ -231,7 +234,11 @@ def _recorded_hidden(ws: Path) -> list[Path]:
     return [Path(h) for h in hidden if isinstance(h, str) and h.startswith("/")]
 
 
-async def _workspace_command(ws: Path, argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+async def _workspace_command(
+    ws: Path, argv: Sequence[str], group: Path | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """``argv`` as it runs in the workspace's sandbox (inside the process-count ``group``
+    when there is one), and the environment to start it with."""
     isolation = await workspace_isolation(ws)
     env = ISOLATED_CONFIG | _WORKSPACE_CONFIG | {
         "PATH": WORKSPACE_PATH,
@@ -241,15 +248,28 @@ async def _workspace_command(ws: Path, argv: Sequence[str]) -> tuple[list[str], 
         home = WorkspaceState(ws).ensure().home
         return list(argv), env | {"HOME": str(home)}
     wrapped = confined(argv, ws, env | {"HOME": "/tmp"}, hidden=_recorded_hidden(ws))
+    if group is not None:
+        join = f'{cgroups.join_line(group)} 2>/dev/null; exec "$@"'
+        wrapped = [host_program("bash"), "-c", join, "keel-pids", *wrapped]
     return wrapped, {"PATH": absolute_path()}
+
+
+@contextlib.contextmanager
+def _run_group() -> Iterator[Path | None]:
+    group = cgroups.make_group(f"git-{uuid.uuid4().hex}")
+    try:
+        yield group
+    finally:
+        cgroups.remove_group(group)
 
 
 async def workspace_run(
     ws: Path, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float = 300.0
 ) -> ProcessResult:
     """Run ``argv`` (git, or a short script of git commands) in the workspace, sandboxed."""
-    command, env = await _workspace_command(ws, argv)
-    result = await run_process(command, cwd=ws, env=env, stdin=stdin, timeout_s=timeout_s)
+    with _run_group() as group:
+        command, env = await _workspace_command(ws, argv, group)
+        result = await run_process(command, cwd=ws, env=env, stdin=stdin, timeout_s=timeout_s)
     return ProcessResult(tuple(argv), result.returncode, result.stdout, result.stderr)
 
 
@@ -318,7 +338,6 @@ async def send_to_mirror(
     not in the mirror, and a push of it fails there.
     """
     bases = [sha for sha in known if is_sha(sha)]
-    pack, env = await _workspace_command(ws, ["bash", "-c", script, "keel", *bases])
     index = git_command(
         [
             "--git-dir",
@@ -332,16 +351,18 @@ async def send_to_mirror(
     # The pack is the sandbox's to write: a delta may claim any size. index-pack runs with
     # a bounded address space and CPU time, so a small pack cannot take the host's memory.
     limited = [host_program("bash"), "-c", f'{INDEX_LIMITS} && exec "$@"', "keel-limits"]
-    produced, indexed = await run_pipeline(
-        pack,
-        [*limited, *index.argv],
-        first_env=env,
-        second_env=index.env,
-        cwd=ws,
-        second_cwd=mirror,
-        stdin=stdin,
-        timeout_s=timeout_s,
-    )
+    with _run_group() as group:
+        pack, env = await _workspace_command(ws, ["bash", "-c", script, "keel", *bases], group)
+        produced, indexed = await run_pipeline(
+            pack,
+            [*limited, *index.argv],
+            first_env=env,
+            second_env=index.env,
+            cwd=ws,
+            second_cwd=mirror,
+            stdin=stdin,
+            timeout_s=timeout_s,
+        )
     heads = [line.split() for line in produced.stderr.splitlines() if line.startswith("keel-head ")]
     sha, branch = (heads[-1][1], heads[-1][2][:255]) if heads and len(heads[-1]) == 3 else ("", "")
     if not is_sha(sha):

@@ -60,10 +60,13 @@ ETC_SECRETS = (
 # the host and the whole filesystem.
 NEVER_SHOWN = ("/proc", "/sys", "/dev", "/run")
 # A user namespace with no capabilities and none to make (CapEff 0, as root too), its own PID
-# namespace (its /proc shows only itself; it cannot signal Keel) and IPC namespace (no shared
-# memory of the host's, PostgreSQL's included). bubblewrap always sets no_new_privs.
+# namespace (its /proc shows only itself; it cannot signal Keel) whose first process is the
+# command itself, so that nothing it started outlives it (bubblewrap's own init would wait
+# for every background process), and IPC namespace (no shared memory of the host's,
+# PostgreSQL's included). bubblewrap always sets no_new_privs.
 NAMESPACES = (
-    "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
+    "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+    "--unshare-pid", "--as-pid-1", "--unshare-ipc",
 )
 HOW_TO_FIX = (
     "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces "

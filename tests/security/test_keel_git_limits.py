@@ -9,6 +9,7 @@ import base64
 import hashlib
 import os
 import resource
+import shlex
 import struct
 import threading
 import time
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.tools.devbox import GitCommit, WriteFile
+from runtime.tools.devbox import GitCommit, RunCommand, WriteFile
 from runtime.workspace import Workspaces, WorkspaceSpec
+from runtime.workspace.commands import execution_id
 from tests.security.kit import (
     CANARY,
     assert_clean,
@@ -235,3 +237,43 @@ async def test_pack_from_the_sandbox_cannot_make_keels_index_pack_allocate_gigab
         await _commit_with_filter(ws, workspaces, bomb)
     peak_mib = watch.peak_kib // 1024
     assert 0 < peak_mib < 1100, f"Keel's index-pack peaked at {peak_mib} MiB (limit 1 GiB)"
+
+
+async def test_command_cannot_start_unbounded_processes(tmp_path: Path) -> None:
+    """A fork bomb in one sandbox must not take the host's pid space: 1500 sleepers are
+    started (gently: no bomb), and no more than the run's cap are alive at once."""
+    from runtime.workspace import cgroups
+
+    if not cgroups.available():
+        pytest.skip("no writable pids cgroup on this host: process counts are not capped")
+    origin = make_origin(tmp_path / "origin.git", {"README.md": "hello\n"})
+    workspaces, ws = await new_workspace(tmp_path / "ws", str(origin))
+    forks = (
+        "import os, time\n"
+        "n = 0\n"
+        "while n < 1500:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print('live=%d' % len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
+    )
+    # The sandbox's PID namespace ends with the command: every sleeper dies with it.
+    command = {"command": f"python3 -S -c {shlex.quote(forks)}", "timeout_s": 60}
+    seen = await settle(RunCommand(workspaces.sandbox), command, context(ws, "call-forks"))
+    out = streams(seen.output)[0]
+    live = int(out.split("live=")[1].split()[0])
+    assert live <= cgroups.PIDS_MAX, f"one command held {live} processes at once"
+    assert live > 100  # the probe did start processes: the cap, not a failure, stopped it
+    group = cgroups.existing_group(f"exec-{execution_id('task-1', 'call-forks')}")
+    assert group is not None
+    for _ in range(50):  # its last processes are reaped just after the command ends
+        cgroups.sweep()
+        if not group.exists():
+            break
+        time.sleep(0.1)
+    assert not group.exists(), "the run's process-count group was left behind"

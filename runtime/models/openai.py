@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, assert_never
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -54,6 +55,7 @@ _SNIPPET = 300
 _CONTEXT_LENGTH = re.compile(
     r"context[_ ]length|maximum context|context window|too many tokens|prompt is too long", re.I
 )
+_ADDRESS = re.compile(r"\b(?:https?|wss?)://\S+", re.I)
 # Optional fields of ours a server may not know; dropped (once, with a warning) if refused.
 OPTIONAL_FIELDS = ("max_tokens", "tool_choice", "parallel_tool_calls")
 
@@ -186,7 +188,7 @@ class OpenAIProvider:
         status = response.status_code
         if 200 <= status < 300:
             return self._completion(response)
-        detail = _redact(server_message(response), self._api_key)
+        detail = self._public(server_message(response))
         if status in _TRANSIENT_STATUS or status >= 500:
             return _Transient(
                 f"HTTP {status}: {detail}", retry_after(response), self._head(response)
@@ -211,8 +213,15 @@ class OpenAIProvider:
         found = read_completion(response.content)
         if isinstance(found, _WireCompletion):
             return found
-        problem = _redact(found, self._api_key)
+        problem = self._public(found)
         return _Transient(f"HTTP {response.status_code} with {problem}", None, self._head(response))
+
+    def _public(self, text: str) -> str:
+        """A server's words fit for a reply: no key, no address (a proxy may name its
+        upstream)."""
+        host = urlsplit(self.base_url).hostname
+        text = _ADDRESS.sub("[address]", _redact(text, self._api_key))
+        return text.replace(host, "[address]") if host else text
 
     def _head(self, response: httpx.Response) -> str:
         """The body's first bytes, for the log."""

@@ -643,3 +643,17 @@ def test_factory_rejects_unknown_setting_when_building_openai() -> None:
 def test_factory_names_missing_setting_when_building_openai() -> None:
     with pytest.raises(ConfigError, match="'model'"):
         build_provider("openai", base_url="http://127.0.0.1:9/v1")
+
+
+async def test_addresses_in_the_servers_words_are_left_out_when_a_proxy_names_its_upstream(
+    llm: CompletionsServer,
+) -> None:
+    llm.queue(error(503, "upstream http://10.20.30.40:8000/v1/chat failed; retry later"))
+
+    with pytest.raises(ProviderUnavailable) as caught:
+        await make_provider(llm.base_url, RecordedSleep(), max_retries=0).complete(make_request())
+
+    assert str(caught.value) == (
+        "model provider failed after 1 attempt(s): HTTP 503: upstream [address] failed; "
+        "retry later"
+    )

@@ -73,6 +73,8 @@ class CompletionsServer:
     base_url: str = ""
     replies: deque[Reply] = field(default_factory=deque)
     received: list[Received] = field(default_factory=list)
+    # The answer when nothing is queued (an outage's 500, say); None: 418, "no reply queued".
+    otherwise: Reply | None = None
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -80,6 +82,7 @@ class CompletionsServer:
     def reset(self) -> None:
         self.replies.clear()
         self.received.clear()
+        self.otherwise = None
 
 
 def completion(message: dict[str, Any]) -> Reply:
@@ -115,9 +118,10 @@ def build_app(server: CompletionsServer) -> Starlette:
         server.received.append(
             Received(request.url.path, dict(request.headers), await request.body())
         )
-        if not server.replies:
+        if not server.replies and server.otherwise is None:
             return Response(b'{"error": {"message": "no reply queued"}}', status_code=418)
-        reply = server.replies.popleft()
+        reply = server.replies.popleft() if server.replies else server.otherwise
+        assert reply is not None
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         return Response(

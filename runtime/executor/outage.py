@@ -63,8 +63,8 @@ def _outage(run: Run, task: Task, ctx: ExecutorContext, error: ProviderUnavailab
         return _failed(run, Failure("call_model", gave_up_text(now - since, error), GAVE_UP))
     retries = run.state.model_retries + 1
     state = replace(run.state, model_retries=retries, model_outage_since=since)
-    wait_s = _wait_s(retries, error.retry_after_s)
-    wake_at = min(now + timedelta(seconds=wait_s), give_up_at)
+    waited_s = wait_s(retries, error.retry_after_s)
+    wake_at = min(now + timedelta(seconds=waited_s), give_up_at)
     if retries <= QUICK_RETRIES:
         delay_s = (wake_at - now).total_seconds()
         return goto(run, "check_scheduler", state=state, after="delay", delay_s=delay_s)
@@ -73,13 +73,14 @@ def _outage(run: Run, task: Task, ctx: ExecutorContext, error: ProviderUnavailab
     return goto(run, "check_scheduler", state=state, writes=(tell,), after="wait", wake_at=wake_at)
 
 
-def _wait_s(retries: int, retry_after_s: float | None) -> float:
+def wait_s(retries: int, retry_after_s: float | None) -> float:
     """Seconds until the next try: 2, 4, 8, then parks of 30 s doubling up to 5 minutes;
     never sooner than the provider asked."""
     if retries <= QUICK_RETRIES:
         backoff = 2.0**retries
     else:
-        backoff = min(LONGEST_PARK_S, FIRST_PARK_S * 2.0 ** (retries - QUICK_RETRIES - 1))
+        doublings = min(retries - QUICK_RETRIES - 1, 16)  # a long outage: no float overflow
+        backoff = min(LONGEST_PARK_S, FIRST_PARK_S * 2.0**doublings)
     return max(backoff, retry_after_s or 0.0)
 
 

@@ -65,7 +65,7 @@ def _outage(run: Run, task: Task, ctx: ExecutorContext, error: ProviderUnavailab
     state = replace(run.state, model_retries=retries, model_outage_since=since)
     waited_s = wait_s(retries, error.retry_after_s)
     wake_at = min(now + timedelta(seconds=waited_s), give_up_at)
-    if retries <= QUICK_RETRIES:
+    if waited_s < FIRST_PARK_S:  # a quick retry (unless the provider asked for a long wait)
         delay_s = (wake_at - now).total_seconds()
         return goto(run, "check_scheduler", state=state, after="delay", delay_s=delay_s)
     tell = _tell_thread(task, ctx, since, now)

@@ -182,3 +182,21 @@ async def test_a_stop_ends_a_task_parked_by_an_outage_without_waiting_for_the_pr
     assert task.status is TaskStatus.canceled
     assert len(llm.received) == asked
     stack.db.close()
+
+
+async def test_the_task_parks_at_once_when_the_provider_asks_for_a_long_wait(
+    llm: CompletionsServer, db_url: str, tmp_path: Path
+) -> None:
+    clock = ManualClock()
+    llm.otherwise = error(429, "Rate limit reached", **{"Retry-After": "120"})
+    stack = _stack(db_url, tmp_path, llm, clock)
+    [task_id] = await _schedule(stack, 1)
+    async with stack.working():
+        await _move_clock_until(clock, lambda: _all_waiting(stack, [task_id]))
+        assert len(llm.received) == 1  # no retry sooner than asked, in the call or after it
+        llm.otherwise = completion({"content": "ok"})
+        await _move_clock_until(clock, lambda: _all_done(stack, [task_id]))
+    [task] = await _tasks(stack, [task_id])
+    assert task.status is TaskStatus.succeeded, task.result
+    assert len(await stack.posts(task_id, "model_outage")) == 1
+    stack.db.close()

@@ -252,6 +252,7 @@ class Keel:
             ),
             accounting=Accounting(cfg.model.model, cfg.model.prices),
             observe_model_call=self.metrics.observe_model_call,
+            outage_give_up_s=cfg.model.outage_give_up_s,
         )
         self.worker = Worker(
             self.scheduler,

@@ -147,6 +147,9 @@ class ModelConfig(ConfigSection):
     fit_ratio: float = Field(default=0.8, gt=0.1, le=1.0)
     # Prices by model name, for the cost shown per task and checked by budgets.
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    # A provider outage parks the tasks it stops; one that lasts this long (from a task's
+    # first failed call) ends the task with a reply saying the provider was unavailable.
+    outage_give_up_s: float = Field(default=1800, gt=0)
 
     def describe(self, source: SourceOf) -> str:
         match self.provider:

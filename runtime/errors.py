@@ -19,6 +19,12 @@ class Retryable(KeelError):
         self.retry_after_s = retry_after_s
 
 
+class ProviderUnavailable(Retryable):
+    """The model provider gave no usable answer (5xx, 429, a dropped connection, a 200 that is
+    not a completion): an outage to wait out, not a fault of the task. The message is fit for
+    people; the provider's address and raw bodies are logged where the failure is seen."""
+
+
 class Permanent(KeelError):
     """A failure that repeating will not fix (bad credentials, invalid request, policy)."""
 

@@ -148,6 +148,9 @@ class ApprovalAsk:
 class RunState:
     system: str | None = None  # the system prompt, once load_context has read it
     model_retries: int = 0  # consecutive transient model failures
+    # When the model provider's current outage began for this run (its first failure since
+    # the last answer): the run waits it out until ``outage_give_up_s`` after this.
+    model_outage_since: datetime | None = None
     limit: Limit | None = None
     error: Failure | None = None
     activation: Activation | None = None
@@ -178,6 +181,8 @@ class RunState:
             found["system"] = self.system
         if self.model_retries:
             found["model_retries"] = self.model_retries
+        if self.model_outage_since is not None:
+            found["model_outage_since"] = self.model_outage_since.isoformat()
         if self.limit is not None:
             found["limit"] = {"name": self.limit.name, "value": self.limit.value}
         if self.error is not None:
@@ -231,10 +236,11 @@ class RunState:
         return cls(
             system=None if system is None else str(system),
             model_retries=int(data.get("model_retries", 0)),
+            model_outage_since=_moment(data.get("model_outage_since")),
             limit=Limit(str(limit["name"]), limit["value"]) if isinstance(limit, dict) else None,
             error=_failure(error),
             activation=_activation(data.get("activation")),
-            idle_until=datetime.fromisoformat(until) if isinstance(until, str) else None,
+            idle_until=_moment(until),
             idle_lifetime_s=None if lifetime is None else float(lifetime),
             last_answer=None if answer is None else str(answer),
             approval_ask=_approval_ask(data.get("approval_ask")),
@@ -258,6 +264,10 @@ def _approval_ask(value: Any) -> ApprovalAsk | None:
         int(value.get("after", 0)),
         str(value.get("body", "")),
     )
+
+
+def _moment(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 def _int_or_none(value: Any) -> int | None:

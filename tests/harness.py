@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.clock import SystemClock
+from runtime.clock import Clock, SystemClock
 from runtime.config import AgentConfig, AgentLimits
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
@@ -117,9 +117,11 @@ def build_stack(
     *,
     agents: Mapping[str, AgentConfig] | None = None,
     lease_seconds: float = 5.0,
+    clock: Clock | None = None,
 ) -> Stack:
     db = Database.from_url(db_url)
-    scheduler = Scheduler(db, lease_seconds=lease_seconds)
+    clock = clock or SystemClock()
+    scheduler = Scheduler(db, lease_seconds=lease_seconds, clock=clock)
     provider = script if not isinstance(script, Mapping) else ScriptedProvider.from_dict(script)
     tools = default_tools(folder, scheduler, db)
     ctx = ExecutorContext(
@@ -128,7 +130,7 @@ def build_stack(
         provider=provider,
         tools=tools,
         agents=agents or {"default": agent(list(tools))},
-        clock=SystemClock(),
+        clock=clock,
         poll_interval_s=0.05,
     )
     return Stack(db, scheduler, ctx, Runner(ctx), folder)

@@ -67,7 +67,7 @@ def fit_request(
 def calibrated(run: Run, request_chars: int, reported: Usage | None) -> RunState:
     """The run state with the chars-per-token ratio the provider's count implies for a
     request of ``request_chars`` characters."""
-    state = replace(run.state, model_retries=0, compact_pending=False)
+    state = replace(run.state, model_retries=0, model_outage_since=None, compact_pending=False)
     if reported is not None and reported.prompt_tokens > 0:
         ratio = request_chars / reported.prompt_tokens
         state = replace(state, chars_per_token=round(min(8.0, max(1.0, ratio)), 4))
@@ -122,7 +122,8 @@ async def compact(
         usage.record_call(session, task.task_id, task.root_id, call, now)
         ctx.reporter.on_phase(session, task, "call_model", "summarising the work so far")
 
-    state = replace(run.state, compact_pending=False)
+    # An answer ends an outage: the next failure starts another.
+    state = replace(run.state, compact_pending=False, model_retries=0, model_outage_since=None)
     return Transition("call_model", state, run.turn, run.mailbox_position, (write,))
 
 

@@ -159,6 +159,8 @@ class ExecutorContext:
     observe_model_call: Callable[[Purpose, Usage | None, float], None] = (
         lambda purpose, usage, seconds: None
     )
+    # How long a task waits out a model provider outage before it ends with a reply saying so.
+    outage_give_up_s: float = 1800.0
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:

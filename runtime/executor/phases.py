@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
 from runtime.execution import Activation, Failure, Limit
-from runtime.executor import approval, brief, budget, compaction
+from runtime.executor import approval, brief, budget, compaction, outage
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition, goto
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
@@ -31,7 +31,6 @@ from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.tools.arguments import refusal
 
-MAX_MODEL_RETRIES = 8
 
 def limit_reached(
     run: Run, name: str, value: int | float
@@ -121,7 +120,7 @@ async def call_model(
         try:
             return await compaction.compact(run, task, ctx, fitted.compaction)
         except Retryable as e:
-            return _retry_model(run, e)
+            return outage.retry_model(run, task, ctx, e)
         except Permanent as e:
             message = f"summarising the work to fit the context window failed: {e}"
             return failed(run, Failure("call_model", message))
@@ -139,7 +138,7 @@ async def call_model(
     except ContextLengthExceeded as e:
         return compaction.after_overflow(run, e)
     except Retryable as e:
-        return _retry_model(run, e)
+        return outage.retry_model(run, task, ctx, e)
     except Permanent as e:
         return failed(run, Failure("call_model", str(e)))
     seconds = time.monotonic() - started
@@ -201,19 +200,6 @@ async def transcript_of(run: Run, ctx: ExecutorContext) -> Sequence[transcripts.
     return await ctx.db.read(lambda s: transcripts.transcript(s, run.task_id))
 
 
-def _retry_model(
-    run: Run, error: Retryable
-) -> Transition[Literal["check_scheduler", "report_failure"]]:
-    retries = run.state.model_retries + 1
-    if retries > MAX_MODEL_RETRIES:
-        message = f"model provider kept failing after {MAX_MODEL_RETRIES} retries: {error}"
-        return failed(run, Failure("call_model", message))
-    delay = error.retry_after_s if error.retry_after_s is not None else min(30.0, 0.2 * 2**retries)
-    state = replace(run.state, model_retries=retries)
-    # Back through the scheduler check, so input that arrives meanwhile is seen on the retry.
-    return goto(run, "check_scheduler", state=state, after="delay", delay_s=delay)
-
-
 async def report_terminal(
     run: Run, task: Task, ctx: ExecutorContext
 ) -> Transition[Literal["check_scheduler", "await_input", "done"]]:
@@ -246,6 +232,9 @@ async def report_failure(
     if limit is not None:
         summary = f"stopped at a limit: {limit.name} ({limit.value})"
         detail: dict[str, Any] = {"outcome": f"limit:{limit.name}"}
+    elif error is not None and error.kind == outage.GAVE_UP:
+        summary = error.message
+        detail = {"outcome": "model_unavailable", "error": error.to_json()}
     elif error is not None:
         summary = f"failed in {error.phase}: {error.message}"
         detail = {"outcome": "error", "error": error.to_json()}

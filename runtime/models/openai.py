@@ -1,10 +1,14 @@
 """The OpenAI-compatible chat-completions provider (OpenAI, vLLM, Ollama, LiteLLM).
 
 Owns the wire format of ``POST {base_url}/chat/completions`` in both directions, the retry
-policy for transient failures (429 with ``Retry-After``, 5xx, timeouts and dropped
-connections, exponential backoff with jitter) and the translation of every other failure into
-``Permanent`` with a message an operator can act on. The API key is a secret: it is sent only
-as a Bearer header and never appears in an error message or a repr.
+policy for provider faults (429 with ``Retry-After``, 5xx, timeouts and dropped connections,
+and a 200 whose body is not a completion: a gateway's HTML page, an error object), with
+exponential backoff and jitter, ending in ``ProviderUnavailable``; and the translation of every
+other failure into ``Permanent`` with a message an operator can act on.
+
+Error messages reach people (a failed task's reply), so they name neither the provider's
+address nor a body that is not the server's own JSON explanation: those go to the log. The API
+key is a secret: it is sent only as a Bearer header and never appears in a message or a repr.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, assert_never
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runtime.errors import ContextLengthExceeded, Permanent, Retryable
+from runtime.errors import ContextLengthExceeded, Permanent, ProviderUnavailable
 from runtime.models.base import (
     AssistantText,
     ImagePart,
@@ -50,6 +55,7 @@ _SNIPPET = 300
 _CONTEXT_LENGTH = re.compile(
     r"context[_ ]length|maximum context|context window|too many tokens|prompt is too long", re.I
 )
+_ADDRESS = re.compile(r"\b(?:https?|wss?)://\S+", re.I)
 # Optional fields of ours a server may not know; dropped (once, with a warning) if refused.
 OPTIONAL_FIELDS = ("max_tokens", "tool_choice", "parallel_tool_calls")
 
@@ -59,8 +65,8 @@ class OpenAIProvider:
 
     ``base_url`` includes the version prefix (``http://host:8000/v1``). ``max_retries`` counts
     retries after the first attempt. A ``Retry-After`` longer than ``max_retry_after_s`` is not
-    slept through: the call fails at once with ``Retryable(retry_after_s=...)`` so the executor
-    can reschedule instead of holding a worker.
+    slept through: the call fails at once with ``ProviderUnavailable(retry_after_s=...)`` so
+    the executor can reschedule instead of holding a worker.
     """
 
     __slots__ = (
@@ -113,11 +119,11 @@ class OpenAIProvider:
             while True:
                 body = request_body(self.model, request, dropped=self._dropped)
                 try:
-                    response = await self._post_with_retries(client, body)
+                    completion = await self._post_with_retries(client, body)
                     break
                 except _Refused as e:
                     self._drop(e, body)
-        return parse_completion(response.content, turn=request.turn, where=self._url)
+        return response_of(completion, turn=request.turn)
 
     def _drop(self, refused: _Refused, body: dict[str, Any]) -> None:
         """Leave out an optional field the server named as unknown; else fail permanently."""
@@ -141,17 +147,24 @@ class OpenAIProvider:
 
     async def _post_with_retries(
         self, client: httpx.AsyncClient, body: dict[str, Any]
-    ) -> httpx.Response:
+    ) -> _WireCompletion:
         attempts = self._max_retries + 1
         for attempt in range(attempts):
             outcome = await self._attempt(client, body)
-            if isinstance(outcome, httpx.Response):
+            if isinstance(outcome, _WireCompletion):
                 return outcome
+            log.warning(
+                "model provider at %s, attempt %d of %d: %s%s",
+                self._url,
+                attempt + 1,
+                attempts,
+                outcome.reason,
+                f"; body starts {outcome.logged!r}" if outcome.logged else "",
+            )
             delay = self._delay(attempt, outcome)
             if attempt + 1 == attempts or delay is None:
-                raise Retryable(
-                    f"model provider at {self.base_url} failed after {attempt + 1} attempt(s): "
-                    f"{outcome.reason}",
+                raise ProviderUnavailable(
+                    f"model provider failed after {attempt + 1} attempt(s): {outcome.reason}",
                     retry_after_s=outcome.retry_after_s,
                 )
             await self._sleep(delay)
@@ -159,36 +172,60 @@ class OpenAIProvider:
 
     async def _attempt(
         self, client: httpx.AsyncClient, body: dict[str, Any]
-    ) -> httpx.Response | _Transient:
+    ) -> _WireCompletion | _Transient:
         try:
             response = await client.post(self._url, json=body)
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
-            raise Permanent(f"model provider base_url {self.base_url!r} is not usable: {e}") from e
+            log.error("model provider base_url %r is not usable: %s", self.base_url, e)
+            raise Permanent(
+                f"the configured model base_url is not usable ({type(e).__name__})"
+            ) from e
         except httpx.TransportError as e:
-            return _Transient(f"{type(e).__name__}: {e}".rstrip(": "), retry_after_s=None)
+            return _Transient(type(e).__name__, None, _redact(str(e), self._api_key))
         return self._classify(response)
 
-    def _classify(self, response: httpx.Response) -> httpx.Response | _Transient:
+    def _classify(self, response: httpx.Response) -> _WireCompletion | _Transient:
         status = response.status_code
         if 200 <= status < 300:
-            return response
-        detail = _redact(server_message(response), self._api_key)
+            return self._completion(response)
+        detail = self._public(server_message(response))
         if status in _TRANSIENT_STATUS or status >= 500:
-            return _Transient(f"HTTP {status}: {detail}", retry_after_s=retry_after(response))
+            return _Transient(
+                f"HTTP {status}: {detail}", retry_after(response), self._head(response)
+            )
+        log.warning("model provider at %s answered HTTP %d: %s", self._url, status, detail)
         if status in _AUTH_STATUS:
             raise Permanent(
-                f"model provider rejected the API key (HTTP {status} from {self._url}); "
+                f"model provider rejected the API key (HTTP {status}); "
                 f"check the api key configured for model {self.model!r}. Server said: {detail}"
             )
         message = (
-            f"model provider refused the request for model {self.model!r} "
-            f"(HTTP {status} from {self._url}): {detail}"
+            f"model provider refused the request for model {self.model!r} (HTTP {status}): {detail}"
         )
         if _CONTEXT_LENGTH.search(detail):
             raise ContextLengthExceeded(message)
         if status in (400, 422):
             raise _Refused(message, detail)
         raise Permanent(message)
+
+    def _completion(self, response: httpx.Response) -> _WireCompletion | _Transient:
+        """A 2xx that is not a completion is a fault of the provider, retried like a 5xx."""
+        found = read_completion(response.content)
+        if isinstance(found, _WireCompletion):
+            return found
+        problem = self._public(found)
+        return _Transient(f"HTTP {response.status_code} with {problem}", None, self._head(response))
+
+    def _public(self, text: str) -> str:
+        """A server's words fit for a reply: no key, no address (a proxy may name its
+        upstream)."""
+        host = urlsplit(self.base_url).hostname
+        text = _ADDRESS.sub("[address]", _redact(text, self._api_key))
+        return text.replace(host, "[address]") if host else text
+
+    def _head(self, response: httpx.Response) -> str:
+        """The body's first bytes, for the log."""
+        return _redact(response.content[:_SNIPPET].decode("utf-8", "replace"), self._api_key)
 
     def _delay(self, attempt: int, failure: _Transient) -> float | None:
         """Seconds to wait before the next attempt, or None when waiting here is pointless."""
@@ -211,10 +248,12 @@ class _Refused(Permanent):
 
 @dataclass(frozen=True, slots=True)
 class _Transient:
-    """A failed attempt that a later attempt may get past."""
+    """A failed attempt that a later attempt may get past: ``reason`` is fit for people,
+    ``logged`` (the body's first bytes, an exception's text) is for the log only."""
 
     reason: str
     retry_after_s: float | None
+    logged: str = ""
 
 
 class _Borrowed(httpx.AsyncBaseTransport):
@@ -366,10 +405,9 @@ class _WireCompletion(_Wire):
     usage: _WireUsage | None = None
 
 
-def parse_completion(content: bytes, *, turn: int, where: str) -> ModelResponse:
+def response_of(completion: _WireCompletion, *, turn: int) -> ModelResponse:
     """Items of the first choice: reasoning, then text, then tool calls (ids kept); and the
     usage the server reported."""
-    completion = _completion(content, where)
     message = completion.choices[0].message
     items: list[OutputItem] = []
     reasoning = message.reasoning_content or message.reasoning
@@ -391,30 +429,25 @@ def _usage(wire: _WireUsage | None) -> Usage | None:
     return Usage(wire.prompt_tokens, wire.completion_tokens, cached or 0)
 
 
-def _completion(content: bytes, where: str) -> _WireCompletion:
+def read_completion(content: bytes) -> _WireCompletion | str:
+    """The completion in a 2xx body, or what is wrong with the body, in words fit for people
+    (a body that is not JSON is described, never quoted)."""
     try:
         payload = json.loads(content)
-    except ValueError as e:
-        snippet = content[:_SNIPPET].decode("utf-8", "replace")
-        raise Permanent(
-            f"malformed response from model provider at {where}: body is not JSON ({e}); "
-            f"body starts with {snippet!r}"
-        ) from e
+    except ValueError:
+        return describe_body(content)
     if not isinstance(payload, dict) or not payload.get("choices"):
-        problem = _payload_error(payload) or "no 'choices' in the body"
-        raise Permanent(f"malformed response from model provider at {where}: {problem}")
+        return _payload_error(payload) or "no 'choices' in the body"
     try:
         return _WireCompletion.model_validate(payload)
     except ValidationError as e:
-        raise Permanent(
-            f"malformed response from model provider at {where}: {_validation_summary(e)}"
-        ) from e
+        return f"a malformed completion: {_validation_summary(e)}"
 
 
 def _payload_error(payload: Any) -> str | None:
     """Some proxies answer 200 with an error object; surface it instead of a generic text."""
     if isinstance(payload, dict) and "error" in payload:
-        return f"no 'choices', server error: {_error_text(payload)}"
+        return f"no 'choices', server error: {_error_text(payload)[:_SNIPPET]}"
     return None
 
 
@@ -442,12 +475,27 @@ def _tool_call(call: _WireCall, *, turn: int, index: int) -> ToolCallItem:
 
 
 def server_message(response: httpx.Response) -> str:
-    """The server's own explanation of a failure, from the common error body shapes."""
+    """The server's own explanation of a failure, from the common JSON error shapes; a body
+    that is not JSON (a gateway's page) is described, not quoted."""
     try:
         payload = response.json()
     except ValueError:
-        return response.text[:_SNIPPET].strip() or response.reason_phrase
+        return (
+            describe_body(response.content)
+            if response.content.strip()
+            else (response.reason_phrase)
+        )
     return _error_text(payload)[:_SNIPPET]
+
+
+def describe_body(content: bytes) -> str:
+    """What a body that is not JSON is, without its bytes: they may hold internal hosts."""
+    head = content[:1024].lstrip().lower()
+    if not head:
+        return "an empty body"
+    if head.startswith((b"<!doctype html", b"<html")) or b"<html" in head:
+        return f"an HTML page instead of JSON ({len(content)} bytes)"
+    return f"a body that is not JSON ({len(content)} bytes)"
 
 
 def _error_text(payload: Any) -> str:

@@ -73,6 +73,24 @@ def test_database_pool_size_and_echo_reach_the_engine_when_configured(
         keel.db.close()
 
 
+async def test_outage_give_up_reaches_the_executor_when_configured(tmp_path: Path) -> None:
+    from adapters.assembly import Keel
+    from runtime.executor.runner import Runner
+
+    tree = {
+        "database": {"url": f"sqlite:///{tmp_path / 'keel.db'}"},
+        "workspace": {"root": str(tmp_path / "ws")},
+        "model": {"outage_give_up_s": 120},
+    }
+    keel = Keel(build_config(tree, env={}))
+    try:
+        await keel.connect()
+        runner = keel.worker.runner
+        assert isinstance(runner, Runner) and runner.ctx.outage_give_up_s == 120
+    finally:
+        keel.db.close()
+
+
 def _make_unreachable(db_url: str) -> None:
     if db_url.startswith("sqlite"):
         # Overwrite the file in place: open connections now read something that is not a

@@ -24,7 +24,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from runtime.errors import ConfigError, ContextLengthExceeded, Permanent, Retryable
+from runtime.errors import (
+    ConfigError,
+    ContextLengthExceeded,
+    Permanent,
+    ProviderUnavailable,
+    Retryable,
+)
 from runtime.models.base import (
     AssistantText,
     ConversationItem,
@@ -67,6 +73,8 @@ class CompletionsServer:
     base_url: str = ""
     replies: deque[Reply] = field(default_factory=deque)
     received: list[Received] = field(default_factory=list)
+    # The answer when nothing is queued (an outage's 500, say); None: 418, "no reply queued".
+    otherwise: Reply | None = None
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -74,6 +82,7 @@ class CompletionsServer:
     def reset(self) -> None:
         self.replies.clear()
         self.received.clear()
+        self.otherwise = None
 
 
 def completion(message: dict[str, Any]) -> Reply:
@@ -109,9 +118,10 @@ def build_app(server: CompletionsServer) -> Starlette:
         server.received.append(
             Received(request.url.path, dict(request.headers), await request.body())
         )
-        if not server.replies:
+        if not server.replies and server.otherwise is None:
             return Response(b'{"error": {"message": "no reply queued"}}', status_code=418)
-        reply = server.replies.popleft()
+        reply = server.replies.popleft() if server.replies else server.otherwise
+        assert reply is not None
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         return Response(
@@ -378,7 +388,7 @@ async def test_retryable_is_raised_when_retries_are_exhausted(llm: CompletionsSe
     sleep = RecordedSleep()
     llm.queue(*(error(503, "overloaded") for _ in range(3)))
 
-    with pytest.raises(Retryable) as caught:
+    with pytest.raises(ProviderUnavailable) as caught:
         await make_provider(llm.base_url, sleep, max_retries=2, backoff_base_s=1.0).complete(
             make_request()
         )
@@ -396,7 +406,7 @@ async def test_read_timeout_is_retried_then_retryable_when_server_is_too_slow(
     sleep = RecordedSleep()
     llm.queue(Reply(delay_s=0.6), Reply(delay_s=0.6))
 
-    with pytest.raises(Retryable, match="ReadTimeout"):
+    with pytest.raises(ProviderUnavailable, match="ReadTimeout"):
         await make_provider(llm.base_url, sleep, timeout_s=0.2, max_retries=1).complete(
             make_request()
         )
@@ -413,7 +423,7 @@ async def test_connect_failure_is_retried_then_retryable_when_nothing_listens() 
         closed_port = probe.getsockname()[1]
 
     provider = make_provider(f"http://127.0.0.1:{closed_port}/v1", sleep, max_retries=2)
-    with pytest.raises(Retryable, match="ConnectError"):
+    with pytest.raises(ProviderUnavailable, match="ConnectError"):
         await provider.complete(make_request())
 
     assert len(sleep.delays) == 2
@@ -511,26 +521,68 @@ async def test_unprocessable_is_permanent_with_detail_when_server_returns_422(
         await make_provider(llm.base_url, RecordedSleep()).complete(make_request())
 
 
-@pytest.mark.parametrize(
-    ("body", "detail"),
-    [
-        (b"<html><body>502 Bad Gateway</body></html>", "body is not JSON"),
-        (b'{"id": "chatcmpl-1", "object": "chat.completion"}', "no 'choices'"),
-        (b'{"choices": []}', "no 'choices'"),
-        (b'{"error": {"message": "upstream exploded"}}', "server error: upstream exploded"),
-        (b'{"choices": [{"index": 0}]}', "choices.0.message: Field required"),
-    ],
+GATEWAY_PAGE = (
+    b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>"
+    b"<h1>Bad Gateway</h1><p>upstream llm-pool-7.corp.internal:8443 did not answer</p>"
+    b"</body></html>"
 )
-async def test_malformed_body_is_permanent_when_server_returns_200(
+MALFORMED_200 = [
+    (GATEWAY_PAGE, "HTML page instead of JSON"),
+    (b"upstream connect error or disconnect/reset", "a body that is not JSON"),
+    (b'{"id": "chatcmpl-1", "object": "chat.completion"}', "no 'choices'"),
+    (b'{"choices": []}', "no 'choices'"),
+    (b'{"error": {"message": "upstream exploded"}}', "server error: upstream exploded"),
+    (b'{"choices": [{"index": 0}]}', "choices.0.message: Field required"),
+]
+
+
+@pytest.mark.parametrize(("body", "detail"), MALFORMED_200)
+async def test_malformed_200_is_retried_then_succeeds_when_the_next_answer_is_a_completion(
     llm: CompletionsServer, body: bytes, detail: str
 ) -> None:
-    llm.queue(Reply(body=body))
+    sleep = RecordedSleep()
+    llm.queue(Reply(body=body), completion({"content": "recovered"}))
 
-    with pytest.raises(Permanent) as caught:
+    response = await make_provider(llm.base_url, sleep).complete(make_request())
+
+    assert response.items == (AssistantText("recovered"),)
+    assert len(llm.received) == 2 and len(sleep.delays) == 1
+
+
+@pytest.mark.parametrize(("body", "detail"), MALFORMED_200)
+async def test_malformed_200_is_a_provider_fault_that_quotes_nothing_when_it_persists(
+    llm: CompletionsServer, body: bytes, detail: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.queue(Reply(body=body), Reply(body=body))
+
+    with pytest.raises(ProviderUnavailable) as caught:
+        await make_provider(llm.base_url, RecordedSleep(), max_retries=1).complete(make_request())
+
+    message = str(caught.value)
+    assert "failed after 2 attempt(s): HTTP 200 with" in message and detail in message
+    assert "127.0.0.1" not in message and "corp.internal" not in message
+    assert "<" not in message  # no byte of a page
+    assert llm.base_url in caplog.text  # the address and the body are logged instead
+    assert body[:40].decode() in caplog.text
+
+
+async def test_failures_name_neither_the_address_nor_the_page_when_the_gateway_answers_html(
+    llm: CompletionsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.queue(Reply(status=502, body=GATEWAY_PAGE, headers={"content-type": "text/html"}))
+    llm.queue(Reply(status=404, body=GATEWAY_PAGE))
+
+    with pytest.raises(ProviderUnavailable) as outage:
+        await make_provider(llm.base_url, RecordedSleep(), max_retries=0).complete(make_request())
+    with pytest.raises(Permanent) as refused:
         await make_provider(llm.base_url, RecordedSleep()).complete(make_request())
 
-    assert "malformed response from model provider" in str(caught.value)
-    assert detail in str(caught.value)
+    for error in (outage.value, refused.value):
+        text = str(error)
+        assert "127.0.0.1" not in text and "corp.internal" not in text and "<" not in text
+        assert "HTML page instead of JSON" in text
+    assert "HTTP 502" in str(outage.value) and "HTTP 404" in str(refused.value)
+    assert "llm-pool-7.corp.internal" in caplog.text and llm.base_url in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -595,3 +647,17 @@ def test_factory_rejects_unknown_setting_when_building_openai() -> None:
 def test_factory_names_missing_setting_when_building_openai() -> None:
     with pytest.raises(ConfigError, match="'model'"):
         build_provider("openai", base_url="http://127.0.0.1:9/v1")
+
+
+async def test_addresses_in_the_servers_words_are_left_out_when_a_proxy_names_its_upstream(
+    llm: CompletionsServer,
+) -> None:
+    llm.queue(error(503, "upstream http://10.20.30.40:8000/v1/chat failed; retry later"))
+
+    with pytest.raises(ProviderUnavailable) as caught:
+        await make_provider(llm.base_url, RecordedSleep(), max_retries=0).complete(make_request())
+
+    assert str(caught.value) == (
+        "model provider failed after 1 attempt(s): HTTP 503: upstream [address] failed; "
+        "retry later"
+    )

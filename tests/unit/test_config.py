@@ -70,6 +70,7 @@ def test_app_yaml_disables_surfaces_when_env_is_empty() -> None:
     assert config.github.api_url == "https://api.github.com"
     assert (config.model.provider, config.model.model) == ("openai", "gpt-4o-mini")
     assert AppConfig().model.provider == "openai"
+    assert config.model.outage_give_up_s == AppConfig().model.outage_give_up_s == 1800
     assert config.server.admin_token is None
     lines = describe(config)
     assert "slack: disabled (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET not set)" in lines
@@ -530,3 +531,9 @@ def test_fallback_forms_accepted_at_load_are_ones_the_surfaces_can_post_to() -> 
     assert slack.reporting.fallback and github.reporting.fallback
     assert slack.reporting.fallback.thread == SlackThread("T1", "C2", "1700.0001")
     assert github.reporting.fallback.thread == GitHubIssue("a/b.c", 12)
+
+
+def test_outage_give_up_is_refused_when_it_is_not_positive() -> None:
+    assert build_config({"model": {"outage_give_up_s": 90}}, {}).model.outage_give_up_s == 90
+    [problem] = problems_of({"model": {"outage_give_up_s": 0}})
+    assert problem.startswith("model.outage_give_up_s:")

@@ -56,3 +56,10 @@ def test_failure_keeps_exception_type_under_its_stored_name_when_written() -> No
 
     error = {"phase": "call_model", "message": "boom", "type": "ZeroDivisionError"}
     assert written == {"error": error}
+
+
+def test_outage_start_survives_a_round_trip_when_a_run_waits_out_the_model_provider() -> None:
+    written = RunState(model_retries=5, model_outage_since=SINCE).to_json()
+
+    assert written == {"model_retries": 5, "model_outage_since": SINCE.isoformat()}
+    assert RunState.from_json(written).model_outage_since == SINCE

@@ -52,6 +52,8 @@ from runtime.config import (
 from runtime.errors import ConfigError
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]+$")
+_GITHUB_HANDLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
 
 class ServerConfig(ConfigSection):
@@ -156,6 +158,17 @@ class SlackConfig(ConfigSection):
     api_url: str = "https://slack.com/api/"
     allowed_channels: Names = ()
     allowed_users: Names = ()
+    # User ids (U…/W…) whom Keel's posts, and its tools', may ping; everyone else is shown
+    # as text. Channel-wide pings and user groups never go through.
+    allowed_mentions: Names = ()
+
+    @field_validator("allowed_mentions")
+    @classmethod
+    def _user_ids(cls, ids: tuple[str, ...]) -> tuple[str, ...]:
+        wrong = [user for user in ids if not _SLACK_USER.match(user)]
+        if wrong:
+            raise ValueError(f"not Slack user ids (U… or W…): {', '.join(wrong)}")
+        return ids
 
     @field_validator("api_url")
     @classmethod
@@ -250,6 +263,9 @@ class GitHubConfig(ConfigSection):
     trigger: str = Field(default="@keel", min_length=1)
     min_permission: Permission = "write"
     allowed_bots: Names = ()
+    # Logins and org/team handles that what Keel and its tools write may @mention; every
+    # other mention is defused (it reads the same and notifies nobody).
+    allowed_mentions: Names = ()
     # Repositories Keel acts on, as owner/name patterns ("acme/*"); empty: every repository
     # the App (or token) reaches. Each is cloned on demand; workspace.repositories overrides.
     repositories: Names = ()
@@ -261,6 +277,15 @@ class GitHubConfig(ConfigSection):
     # Ask GitHub to redeliver webhooks that failed while Keel was away (App auth only).
     catch_up: bool = True
     catch_up_interval_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("allowed_mentions")
+    @classmethod
+    def _handles(cls, handles: tuple[str, ...]) -> tuple[str, ...]:
+        bare = tuple(handle.removeprefix("@") for handle in handles)
+        wrong = [handle for handle in bare if not _GITHUB_HANDLE.match(handle)]
+        if wrong:
+            raise ValueError(f"not GitHub logins or org/team handles: {', '.join(wrong)}")
+        return bare
 
     @model_validator(mode="after")
     def _one_auth(self) -> GitHubConfig:

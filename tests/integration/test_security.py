@@ -32,10 +32,16 @@ from tests.integration.keel_live import (
     ADMIN_TOKEN,
     CHANNEL,
     GH_REPO,
+    GH_USER,
+    MALLORY,
     PERSON,
+    SHOP,
     Live,
+    demo_script_after,
     drive,
     live_keel,
+    until,
+    until_ended,
 )
 
 INTRUDER = "U0INTRUDER"
@@ -93,6 +99,65 @@ async def test_own_replies_dropped_as_self_generated_when_they_come_back_as_webh
         ("drop", "duplicate"),
     }
     assert [t.task_id for t in tasks if t.parent_id is None] == [task_id]
+
+
+# -- what the agent writes pings nobody ---------------------------------------------------
+
+_ANNOUNCE = "announce the fix to everyone"
+
+
+def _announcing_script(folder: Path, issue: int) -> Path:
+    """The model writes every ping it can: through post_update and comment_on_issue."""
+    update = f"<!channel> <!here> <!subteam^S0OPS> <@{MALLORY}> and <@{PERSON}>: fixed"
+    comment = "@acme/reviewers @Codertocat: fixed"
+    calls = [
+        {"name": "post_update", "args": {"text": update}},
+        {"name": "comment_on_issue", "args": {"number": issue, "text": comment}},
+    ]
+    turns = [{"tool_calls": calls}, {"say": "Announced it."}]
+    return demo_script_after(folder, {"match": "announce", "turns": turns})
+
+
+async def test_tool_writes_ping_only_allowed_people_when_the_agent_writes_mentions(
+    db_url: str, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "keel"
+    issue = 1  # the repository's first issue, made below before anything else
+    extra = {
+        "model": {"script": str(_announcing_script(tmp_path / "model", issue))},
+        "slack": {"allowed_mentions": [PERSON]},
+    }
+    with live_keel(workdir, db_url, workers=True, extra=extra) as live:
+        assert live.github.add_issue(SHOP, "Build is red", "CI fails", user=GH_USER) == issue
+        root_ts = await live.start_thread(_ANNOUNCE)
+        db = Database.from_url(db_url)
+        try:
+            task = await _task_of(live, db, root_ts)
+            await until_ended(db, task)
+        finally:
+            db.close()
+
+        async def updated() -> bool:  # the outbox may deliver it after the task ended
+            return any("fixed" in m.text for m in live.slack.bot_posts(CHANNEL))
+
+        await until(updated, 30, "the update was not posted")
+        [update] = [m for m in live.slack.bot_posts(CHANNEL) if "fixed" in m.text]
+        [comment] = live.github.repos[SHOP].comments.values()
+    assert update.text == (
+        f"&lt;!channel&gt; &lt;!here&gt; &lt;!subteam^S0OPS&gt; &lt;@{MALLORY}&gt; "
+        f"and <@{PERSON}>: fixed"
+    )
+    assert comment.body.startswith("@<!-- -->acme/reviewers @<!-- -->Codertocat: fixed")
+
+
+async def _task_of(live: Live, db: Database, root_ts: str) -> str:
+    async def started() -> bool:
+        return await live.thread_task(db, root_ts) is not None
+
+    await until(started, 30, "no task for the thread")
+    task = await live.thread_task(db, root_ts)
+    assert task is not None
+    return task.task_id
 
 
 # -- unauthorised actors -------------------------------------------------------------------

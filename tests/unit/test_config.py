@@ -387,6 +387,33 @@ def test_describe_warns_when_bound_beyond_loopback_without_admin_token() -> None
     assert build_config({}, {}).server.is_loopback
 
 
+@pytest.mark.parametrize(
+    ("tree", "problem"),
+    [
+        ({"slack": {"allowed_mentions": "U0OPS1, <!channel>"}}, "not Slack user ids"),
+        ({"github": {"allowed_mentions": ["octocat", "a b"]}}, "not GitHub logins"),
+    ],
+)
+def test_access_settings_are_refused_at_load_when_malformed(
+    tree: dict[str, Any], problem: str
+) -> None:
+    [line] = problems_of(tree)
+
+    assert problem in line
+
+
+def test_allowed_mentions_are_read_without_their_at_when_configured() -> None:
+    tree = {
+        "github": {"allowed_mentions": ["@octocat", "acme/oncall"]},
+        "slack": {"allowed_mentions": "U0OPS1,W0GRID2"},
+    }
+
+    config = build_config(tree, {})
+
+    assert config.github.allowed_mentions == ("octocat", "acme/oncall")
+    assert config.slack.allowed_mentions == ("U0OPS1", "W0GRID2")
+
+
 def test_daemons_validate_when_fully_specified() -> None:
     rule = {"provider": "github", "kind": "check_run", "branch": "main", "conclusion": "failure"}
     daemon = make_daemon(id="ci-doctor", watch=[rule], deny=["git_push"])

@@ -19,6 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -61,13 +62,23 @@ class ServerConfig(ConfigSection):
     port: int = Field(default=8080, ge=0, le=65535)
     admin_token: Secret = None
     body_limit_bytes: int = Field(default=1024 * 1024, ge=1)
+    # Where people reach Keel (replies link the task UI there); its host is, with loopback,
+    # the only Host the API and UI answer to.
     public_url: OptionalText = None
-    # /metrics without the admin token off loopback, for a scraper that cannot send one.
+    # /metrics without the admin token or a Host check, for a scraper that cannot send one.
     metrics_public: bool = False
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute(cls, url: str | None) -> str | None:
+        if url is not None and not _WEB_URL.match(url):
+            raise ValueError("expected an absolute http(s) URL such as https://keel.example.com")
+        return url
 
     @property
     def is_loopback(self) -> bool:
-        """Bound to loopback only: the one case where the API and UI need no admin token."""
+        """Bound to loopback only: with no admin token, the one case where the API and UI
+        are open (a token, once set, is asked of everyone)."""
         if self.host == "localhost":
             return True
         try:
@@ -75,16 +86,32 @@ class ServerConfig(ConfigSection):
         except ValueError:
             return False
 
+    @property
+    def served_hosts(self) -> frozenset[str]:
+        """The names (besides loopback) a browser may reach the API and UI by: the public
+        URL's host, and the address Keel is bound to when it is one address. Any other Host
+        is a page that rebound its own name to Keel's address (DNS rebinding)."""
+        names = {urlsplit(self.public_url).hostname} if self.public_url else set()
+        if self.host not in _EVERY_ADDRESS and not self.is_loopback:
+            names.add(self.host.strip("[]").lower())
+        return frozenset(name for name in names if name)
+
     def describe(self, source: SourceOf) -> str:
         where = f"server: {self.host}:{self.port}, body limit {self.body_limit_bytes} bytes"
         if self.metrics_public:
             where = f"{where}, /metrics public"
+        hosts = ", ".join(sorted(self.served_hosts | {"loopback"}))
         if self.admin_token is not None:
-            return f"{where}; API and UI require the admin token"
+            return f"{where}; API and UI require the admin token, Host {hosts}"
         if self.is_loopback:
-            return f"{where}; API and UI open on loopback (no admin token)"
+            return f"{where}; API and UI open on loopback (no admin token), Host {hosts}"
         token = source("server.admin_token")
         return f"{where}; API and UI refuse every request ({token} not set, host is not loopback)"
+
+
+_WEB_URL = re.compile(r"^https?://[^/?#\s]+", re.IGNORECASE)
+# Bound to these, Keel has no one address of its own that a client would name.
+_EVERY_ADDRESS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
 # What Keel asks a workspace for when it is installed through OAuth (see README).

@@ -20,7 +20,7 @@ from sqlalchemy import String, Text, select
 from adapters.config import ServerConfig
 from adapters.demo import scenario as demo
 from adapters.emulators.server import serve
-from adapters.emulators.webhooks import load_github_example
+from adapters.emulators.webhooks import deliver, load_github_example, sign_slack
 from adapters.logs import JsonFormatter
 from adapters.web.api import build_api
 from adapters.web.auth import AdminAuth
@@ -36,6 +36,7 @@ from tests.integration.keel_live import (
     MALLORY,
     PERSON,
     SHOP,
+    SIGNING_SECRET,
     Live,
     demo_script_after,
     drive,
@@ -219,6 +220,31 @@ async def test_unauthorised_people_cannot_start_or_stop_tasks_when_not_allowed(
     assert [(t.status, t.cancel_requested_at) for t in tasks] == [("queued", None)] * 2
     refused = [s for s in await _rows(db_url, SignalRow) if s.decision == "drop"]
     assert {s.reason for s in refused} == {"unauthorised"} and len(refused) == 4
+
+
+async def test_event_from_another_workspace_starts_nothing_when_one_bot_token_is_set(
+    db_url: str, tmp_path: Path
+) -> None:
+    with live_keel(tmp_path, db_url) as live:
+        mention = live.mention("please fix the flaky test")
+        foreign = {**live.envelope(mention), "team_id": "T0FOREIGN1"}
+        signed = sign_slack(foreign, SIGNING_SECRET)
+        [response] = await deliver(live.url + "/slack/events", signed)
+        await _settled(live, signals=1)
+        assert (await live.counts())["tasks"] == 0
+        await live.send_slack(mention)  # the same mention from Keel's own workspace
+        await _settled(live, signals=2)
+        assert (await live.counts())["tasks"] == 1
+    assert response.status_code == 200
+    dropped = [s for s in await _rows(db_url, SignalRow) if s.decision == "drop"]
+    assert [(s.reason, s.text) for s in dropped] == [
+        (
+            "unauthorised",
+            f"foreign workspace: event from Slack workspace 'T0FOREIGN1'; Keel's bot token "
+            f"is for '{live.slack.team_id}'",
+        )
+    ]
+    assert live.slack.bot_posts() == []  # not even a 👀 or a refusal went to Slack
 
 
 async def _settled(live: Live, *, signals: int, timeout_s: float = 20.0) -> None:

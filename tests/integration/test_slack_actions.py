@@ -173,5 +173,6 @@ async def test_click_from_another_workspace_stops_nothing_when_one_bot_token_is_
     [click_row] = [s for s in signals if s.kind == "block_actions"]
     assert (click_row.decision, click_row.reason) == ("drop", "unauthorised")
     assert click_row.text.startswith("foreign workspace: event from Slack workspace 'T0FOREIGN1'")
+    assert click_row.delivery_id.startswith("action:T0FOREIGN1:")  # each click its own record
     assert still is not None and still.cancel_requested_at is None
     assert live.slack.ephemeral == []  # nothing is said to another workspace

@@ -184,7 +184,9 @@ class Keel:
             self.slack = await SlackConnection.connect(
                 cfg.slack, self.db, self.clock, self.sink, public_url=cfg.server.public_url
             )
-            self.surfaces["slack"] = SlackSurface(self.slack.workspaces)
+            self.surfaces["slack"] = SlackSurface(
+                self.slack.workspaces, allowed_mentions=cfg.slack.allowed_mentions
+            )
         if cfg.github.enabled:
             self._connect_github()
         self.briefing = build_briefing(
@@ -197,7 +199,7 @@ class Keel:
         intake, off the request path; the catch-up job asks for missed deliveries."""
         cfg = self.config.github
         self.github = github = GitHubClient.from_config(cfg)
-        surface = GitHubSurface(github)
+        surface = GitHubSurface(github, allowed_mentions=cfg.allowed_mentions)
         self.surfaces["github"] = surface
         self.checkouts.host = github
         # The webhook's request/response types are Starlette's: a worker never imports them.
@@ -302,7 +304,13 @@ class Keel:
             PostUpdate(self.db, self.scheduler),
         ]
         if self.github is not None:
-            found.extend(github_tools(self.github, self.checkouts.repo_full_name))
+            found.extend(
+                github_tools(
+                    self.github,
+                    self.checkouts.repo_full_name,
+                    allowed_mentions=self.config.github.allowed_mentions,
+                )
+            )
         return {tool.name: tool for tool in found}
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -52,6 +53,8 @@ from runtime.config import (
 from runtime.errors import ConfigError
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]+$")
+_GITHUB_HANDLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
 
 class ServerConfig(ConfigSection):
@@ -59,13 +62,23 @@ class ServerConfig(ConfigSection):
     port: int = Field(default=8080, ge=0, le=65535)
     admin_token: Secret = None
     body_limit_bytes: int = Field(default=1024 * 1024, ge=1)
+    # Where people reach Keel (replies link the task UI there); its host is, with loopback,
+    # the only Host the API and UI answer to.
     public_url: OptionalText = None
-    # /metrics without the admin token off loopback, for a scraper that cannot send one.
+    # /metrics without the admin token or a Host check, for a scraper that cannot send one.
     metrics_public: bool = False
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute(cls, url: str | None) -> str | None:
+        if url is not None and not _WEB_URL.match(url):
+            raise ValueError("expected an absolute http(s) URL such as https://keel.example.com")
+        return url
 
     @property
     def is_loopback(self) -> bool:
-        """Bound to loopback only: the one case where the API and UI need no admin token."""
+        """Bound to loopback only: with no admin token, the one case where the API and UI
+        are open (a token, once set, is asked of everyone)."""
         if self.host == "localhost":
             return True
         try:
@@ -73,16 +86,32 @@ class ServerConfig(ConfigSection):
         except ValueError:
             return False
 
+    @property
+    def served_hosts(self) -> frozenset[str]:
+        """The names (besides loopback) a browser may reach the API and UI by: the public
+        URL's host, and the address Keel is bound to when it is one address. Any other Host
+        is a page that rebound its own name to Keel's address (DNS rebinding)."""
+        names = {urlsplit(self.public_url).hostname} if self.public_url else set()
+        if self.host not in _EVERY_ADDRESS and not self.is_loopback:
+            names.add(self.host.strip("[]").lower())
+        return frozenset(name for name in names if name)
+
     def describe(self, source: SourceOf) -> str:
         where = f"server: {self.host}:{self.port}, body limit {self.body_limit_bytes} bytes"
         if self.metrics_public:
             where = f"{where}, /metrics public"
+        hosts = ", ".join(sorted(self.served_hosts | {"loopback"}))
         if self.admin_token is not None:
-            return f"{where}; API and UI require the admin token"
+            return f"{where}; API and UI require the admin token, Host {hosts}"
         if self.is_loopback:
-            return f"{where}; API and UI open on loopback (no admin token)"
+            return f"{where}; API and UI open on loopback (no admin token), Host {hosts}"
         token = source("server.admin_token")
         return f"{where}; API and UI refuse every request ({token} not set, host is not loopback)"
+
+
+_WEB_URL = re.compile(r"^https?://[^/?#\s]+", re.IGNORECASE)
+# Bound to these, Keel has no one address of its own that a client would name.
+_EVERY_ADDRESS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
 # What Keel asks a workspace for when it is installed through OAuth (see README).
@@ -156,6 +185,17 @@ class SlackConfig(ConfigSection):
     api_url: str = "https://slack.com/api/"
     allowed_channels: Names = ()
     allowed_users: Names = ()
+    # User ids (U…/W…) whom Keel's posts, and its tools', may ping; everyone else is shown
+    # as text. Channel-wide pings and user groups never go through.
+    allowed_mentions: Names = ()
+
+    @field_validator("allowed_mentions")
+    @classmethod
+    def _user_ids(cls, ids: tuple[str, ...]) -> tuple[str, ...]:
+        wrong = [user for user in ids if not _SLACK_USER.match(user)]
+        if wrong:
+            raise ValueError(f"not Slack user ids (U… or W…): {', '.join(wrong)}")
+        return ids
 
     @field_validator("api_url")
     @classmethod
@@ -250,6 +290,9 @@ class GitHubConfig(ConfigSection):
     trigger: str = Field(default="@keel", min_length=1)
     min_permission: Permission = "write"
     allowed_bots: Names = ()
+    # Logins and org/team handles that what Keel and its tools write may @mention; every
+    # other mention is defused (it reads the same and notifies nobody).
+    allowed_mentions: Names = ()
     # Repositories Keel acts on, as owner/name patterns ("acme/*"); empty: every repository
     # the App (or token) reaches. Each is cloned on demand; workspace.repositories overrides.
     repositories: Names = ()
@@ -261,6 +304,15 @@ class GitHubConfig(ConfigSection):
     # Ask GitHub to redeliver webhooks that failed while Keel was away (App auth only).
     catch_up: bool = True
     catch_up_interval_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("allowed_mentions")
+    @classmethod
+    def _handles(cls, handles: tuple[str, ...]) -> tuple[str, ...]:
+        bare = tuple(handle.removeprefix("@") for handle in handles)
+        wrong = [handle for handle in bare if not _GITHUB_HANDLE.match(handle)]
+        if wrong:
+            raise ValueError(f"not GitHub logins or org/team handles: {', '.join(wrong)}")
+        return bare
 
     @model_validator(mode="after")
     def _one_auth(self) -> GitHubConfig:

@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any, ClassVar
 
 from adapters.github.client import ReviewCommentInfo
+from adapters.github.markdown import to_github
 from adapters.github.surface import marker, with_marker
 from adapters.github.toolbase import GitHubRead, GitHubTool, call_key, workspace_head
 from runtime.evidence import EvidenceItem, Strength
@@ -93,7 +94,7 @@ class ReplyToReviewThreads(GitHubTool):
         if not wanted:
             return Completed("no review thread to reply in", is_error=True)
         sha = await workspace_head(ctx)
-        text = str(args["text"]).rstrip()
+        text = to_github(str(args["text"]).rstrip(), self.allowed_mentions)
         body = with_marker(f"{text}\n\nAddressed in {sha}." if sha else text, call_key(ctx))
         done = [
             await self.client.reply_to_review_comment(repo, number, first_id, body)

@@ -6,7 +6,7 @@ a search of the issue's comments for that marker, so a retry never comments twic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from urllib.parse import quote
 
 from adapters.github.client import GitHubClient
@@ -56,15 +56,16 @@ def _with_tail(text: str, hidden: str) -> str:
 class GitHubSurface:
     name = "github"
 
-    def __init__(self, client: GitHubClient) -> None:
+    def __init__(self, client: GitHubClient, *, allowed_mentions: Collection[str] = ()) -> None:
         self.client = client
+        self.allowed_mentions = frozenset(allowed_mentions)
 
     async def post(
         self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
     ) -> GitHubIssue:
         # No buttons on GitHub: people stop a task by commenting "stop".
         issue = _issue(thread).root
-        body = with_marker(to_github(text), key)
+        body = with_marker(to_github(text, self.allowed_mentions), key)
         comment = await self.client.create_comment(issue.repo, issue.number, body)
         return issue.comment(comment.comment_id)
 
@@ -85,7 +86,8 @@ class GitHubSurface:
         # Keep the marker: find_post must still recognise the post after an edit.
         comments = await self.client.list_comments(ref.repo, ref.number)
         current = next((c for c in comments if c.comment_id == ref.comment_id), None)
-        body = _rekeyed(current.body if current else "", to_github(text))
+        shown = to_github(text, self.allowed_mentions)
+        body = _rekeyed(current.body if current else "", shown)
         await self.client.edit_comment(ref.repo, ref.number, ref.comment_id, body)
 
     async def react(self, target: ThreadRef, emoji: str) -> None:

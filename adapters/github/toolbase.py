@@ -2,12 +2,14 @@
 
 Every GitHub tool finishes its work inside ``start`` (``wait_for_ci`` excepted), so ``poll``
 has nothing to look at; a read is repeated after a crash rather than reconciled. Writes mark
-what they post with the call's id, so a lost response is found again instead of repeated.
+what they post with the call's id, so a lost response is found again instead of repeated,
+and pass the agent's text through ``markdown.py`` first, so a tool pings nobody Keel would
+not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, ClassVar
 
 from adapters.github.client import GitHubClient
@@ -34,9 +36,13 @@ class GitHubTool:
     parameters: ClassVar[dict[str, Any]]
     effect: ClassVar[Effect]
 
-    def __init__(self, client: GitHubClient, repo_for: RepoFor) -> None:
+    def __init__(
+        self, client: GitHubClient, repo_for: RepoFor, *, allowed_mentions: Collection[str] = ()
+    ) -> None:
         self.client = client
         self.repo_for = repo_for
+        # What the agent writes pings nobody but these (github.allowed_mentions).
+        self.allowed_mentions = frozenset(allowed_mentions)
 
     async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
         return Completed(f"{self.name} has no background work to poll", is_error=True)

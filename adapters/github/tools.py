@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from typing import Any, ClassVar
 
 from adapters.github.client import CheckRunInfo, GitHubClient, PullRequestInfo, StatusInfo
+from adapters.github.markdown import title_for_github, to_github
 from adapters.github.review import ReplyToReviewThreads, ReviewThreads
 from adapters.github.surface import marker, with_marker
 from adapters.github.toolbase import (
@@ -62,8 +64,8 @@ class OpenPullRequest(GitHubTool):
                 repo,
                 head=args["branch"],
                 base=args["base"],
-                title=args["title"],
-                body=args.get("body") or "",
+                title=title_for_github(str(args["title"]), self.allowed_mentions),
+                body=to_github(str(args.get("body") or ""), self.allowed_mentions),
             )
         except Retryable as lost:
             return await self._found_or_raise(args, ctx, lost)
@@ -226,7 +228,8 @@ class CommentOnIssue(GitHubTool):
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         repo, number = await self.repo_for(ctx.task_id), int(args["number"])
-        body = with_marker(str(args["text"]), call_key(ctx))
+        text = to_github(str(args["text"]), self.allowed_mentions)
+        body = with_marker(text, call_key(ctx))
         try:
             comment = await self.client.create_comment(repo, number, body)
         except Retryable as lost:
@@ -254,13 +257,16 @@ def _commented(repo: str, number: int, comment_id: int, url: str, strength: Stre
     return Completed(output, evidence=(evidence,))
 
 
-def github_tools(client: GitHubClient, repo_for: RepoFor) -> list[Tool]:
+def github_tools(
+    client: GitHubClient, repo_for: RepoFor, *, allowed_mentions: Collection[str] = ()
+) -> list[Tool]:
     """The tools an agent with GitHub access gets."""
+    mentions = {"allowed_mentions": allowed_mentions}
     return [
-        OpenPullRequest(client, repo_for),
-        WaitForCi(client, repo_for),
-        CiJobLog(client, repo_for),
-        CommentOnIssue(client, repo_for),
-        ReviewThreads(client, repo_for),
-        ReplyToReviewThreads(client, repo_for),
+        OpenPullRequest(client, repo_for, **mentions),
+        WaitForCi(client, repo_for, **mentions),
+        CiJobLog(client, repo_for, **mentions),
+        CommentOnIssue(client, repo_for, **mentions),
+        ReviewThreads(client, repo_for, **mentions),
+        ReplyToReviewThreads(client, repo_for, **mentions),
     ]

@@ -19,8 +19,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
+from adapters.slack.signals import foreign_workspace
 from adapters.slack.surface import ACTION_PREFIX, call_slack
 from adapters.slack.workspaces import SlackClients
 from routing.intake import IngestResult
@@ -145,9 +146,13 @@ def click_id(team: str, channel: str, action_ts: str, user: str) -> str:
 
 def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clock: Clock) -> None:
     @app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))
-    async def on_click(ack: AsyncAck, body: dict[str, Any]) -> None:
-        outcome = signal_from_click(body, received_at=clock.now())
-        delivery = outcome.delivery_id if isinstance(outcome, Signal) else "action:unreadable"
+    async def on_click(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        click = signal_from_click(body, received_at=clock.now())
+        delivery = click.delivery_id if isinstance(click, Signal) else "action:unreadable"
+        found = context.authorize_result
+        team = body.get("team")
+        claimed = team.get("id") if isinstance(team, dict) else None
+        outcome = foreign_workspace(found.team_id if found else None, claimed) or click
         try:
             result = await sink.accept(
                 outcome, provider="slack", delivery_id=delivery, raw_kind="block_actions"

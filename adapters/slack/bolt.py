@@ -5,9 +5,10 @@ from startup, or the team's installation), with no Web API call on the way in. O
 middleware turns every event into a Signal (or Ignored) and answers only after the sink
 committed it: over HTTP the answer is the 200, over Socket Mode it is the envelope's ack, so
 an event whose commit did not happen is delivered again. Our own events are not filtered
-by bolt: the sink records them as dropped. ``app_uninstalled`` and ``tokens_revoked`` also
-disable the team before they are recorded. Button clicks go to bolt's action listeners
-(``actions.py``).
+by bolt: the sink records them as dropped, as it does (``unauthorised``) an event from a
+workspace other than the one Keel's bot was authorised in. ``app_uninstalled`` and
+``tokens_revoked`` also disable the team before they are recorded. Button clicks go to
+bolt's action listeners (``actions.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.actions import register_actions
-from adapters.slack.signals import SlackIdentity, signal_from_slack_event
+from adapters.slack.signals import SlackIdentity, foreign_workspace, signal_from_slack_event
+from routing.signal import Ignored, Signal
 from runtime.clock import Clock
 from runtime.errors import Retryable
 
@@ -119,10 +121,7 @@ class _Ingest(AsyncMiddleware):
             return BoltResponse(status=200, body="")  # a notice to us, not an event to route
         if kind != "event_callback":
             return await next()  # button clicks: bolt's action listeners
-        await self._revoke_if_removed(envelope)
-        outcome = signal_from_slack_event(
-            envelope, identity_of(req, envelope), received_at=self.clock.now()
-        )
+        outcome = await self._translated(req, envelope)
         try:
             await self.sink.accept(
                 outcome,
@@ -134,12 +133,29 @@ class _Ingest(AsyncMiddleware):
             return retry_later()
         return BoltResponse(status=200, body="")
 
+    async def _translated(
+        self, req: AsyncBoltRequest, envelope: dict[str, Any]
+    ) -> Signal | Ignored:
+        foreign = foreign_workspace(authorised_team(req), envelope.get("team_id"))
+        if foreign is not None:
+            return foreign  # nor may it revoke anything
+        await self._revoke_if_removed(envelope)
+        return signal_from_slack_event(
+            envelope, identity_of(req, envelope), received_at=self.clock.now()
+        )
+
     async def _revoke_if_removed(self, envelope: dict[str, Any]) -> None:
         event = envelope.get("event")
         team = envelope.get("team_id")
         if isinstance(event, dict) and event.get("type") in _REVOKING_EVENTS and team:
             log.warning("Slack workspace %s: %s; its installation is removed", team, event["type"])
             await self.workspaces.revoke(str(team), event)
+
+
+def authorised_team(req: AsyncBoltRequest) -> str | None:
+    """The workspace authorize found Keel's bot in (the token's own, in single-token mode)."""
+    found = req.context.authorize_result
+    return found.team_id if found is not None else None
 
 
 def identity_of(req: AsyncBoltRequest, envelope: dict[str, Any]) -> SlackIdentity:

@@ -132,6 +132,20 @@ def signal_from_slack_event(
             return Ignored("unsupported", f"event type {event_type!r}")
 
 
+def foreign_workspace(own_team: str | None, claimed_team: object) -> Ignored | None:
+    """Why a delivery for ``claimed_team`` is not ours, if it is not: Keel was authorised
+    for ``own_team`` only. With one bot token (no OAuth) a Slack app may still be installed
+    elsewhere, and its signed events come with the same secret; they must start nothing. In
+    OAuth mode the installation is found by the delivery's own team, so the two agree."""
+    if own_team and claimed_team == own_team:
+        return None
+    return Ignored(
+        "unauthorised",
+        f"foreign workspace: event from Slack workspace {claimed_team!r}; Keel's bot token "
+        f"is for {own_team!r}",
+    )
+
+
 def _from_message(event: dict[str, Any], ctx: _Context) -> Signal | Ignored:
     subtype = event.get("subtype") or None
     if not isinstance(subtype, str | None):

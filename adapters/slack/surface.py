@@ -14,7 +14,7 @@ here, once, into Retryable or Permanent.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Any
 
 import aiohttp
@@ -68,9 +68,15 @@ async def fetch_slack_identity(client: AsyncWebClient) -> SlackIdentity:
     )
 
 
-def rendered(text: str, actions: Sequence[Action], *, edit: bool = False) -> dict[str, Any]:
+def rendered(
+    text: str,
+    actions: Sequence[Action],
+    *,
+    edit: bool = False,
+    allowed_mentions: Collection[str] = (),
+) -> dict[str, Any]:
     """The chat.postMessage / chat.update arguments that show ``text`` (and buttons)."""
-    body = truncated(to_mrkdwn(text))
+    body = truncated(to_mrkdwn(text, allowed_mentions))
     if not actions:
         # An edit must send an empty list for the buttons shown before to go away.
         return {"text": body, "blocks": []} if edit else {"text": body}
@@ -95,8 +101,10 @@ def _button(action: Action) -> dict[str, Any]:
 class SlackSurface:
     name = "slack"
 
-    def __init__(self, clients: SlackClients) -> None:
+    def __init__(self, clients: SlackClients, *, allowed_mentions: Collection[str] = ()) -> None:
         self.clients = clients
+        # Whatever the text (Keel's or a tool's), only these users can be pinged.
+        self.allowed_mentions = frozenset(allowed_mentions)
 
     @classmethod
     def single(cls, client: AsyncWebClient, identity: SlackIdentity | None = None) -> SlackSurface:
@@ -113,7 +121,7 @@ class SlackSurface:
                 channel=thread.channel,
                 thread_ts=thread.thread_ts,
                 metadata={"event_type": _EVENT_TYPE, "event_payload": {"key": key}},
-                **rendered(text, actions),
+                **rendered(text, actions, allowed_mentions=self.allowed_mentions),
             )
         )
         return thread.message(posted["ts"])
@@ -147,10 +155,9 @@ class SlackSurface:
         if message.message_ts is None:
             raise Permanent(f"not a Slack post: {message}")
         client = await self.clients.client(message.team)
+        shown = rendered(text, actions, edit=True, allowed_mentions=self.allowed_mentions)
         await call_slack(
-            client.chat_update(
-                channel=message.channel, ts=message.message_ts, **rendered(text, actions, edit=True)
-            )
+            client.chat_update(channel=message.channel, ts=message.message_ts, **shown)
         )
 
     async def react(self, target: ThreadRef, emoji: str) -> None:

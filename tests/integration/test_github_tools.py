@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import serve
 from adapters.github.client import GitHubClient
+from adapters.github.review import ReplyToReviewThreads
 from adapters.github.surface import marker
 from adapters.github.tools import CommentOnIssue, OpenPullRequest, WaitForCi, fixed_repo
 from runtime.errors import Retryable
@@ -233,3 +235,68 @@ async def test_reconcile_unknown_when_no_comment_carries_the_call(github: GitHub
     outcome = await tool.reconcile({"number": 1, "text": "Investigating."}, _ctx("call-10"))
 
     assert isinstance(outcome, Unknown)
+
+
+# -- mentions in what the agent writes ---------------------------------------------------
+
+HOSTILE = "cc @acme/reviewers and @Octocat <!channel>, mail dev@example.com"
+# What GitHub would notify: an @handle not broken by an HTML comment or a zero-width space.
+_LIVE = re.compile(r"(?<![\w@/`])@([A-Za-z0-9][A-Za-z0-9-]*(?:/[A-Za-z0-9][\w.-]*)?)")
+
+
+def _live(text: str | None) -> list[str]:
+    return _LIVE.findall(text or "")
+
+
+async def test_comment_pings_nobody_when_the_agent_writes_mentions(github: GitHub) -> None:
+    tool = CommentOnIssue(github.client, fixed_repo(REPO))
+
+    outcome = await tool.start({"number": 1, "text": HOSTILE}, _ctx("call-9"))
+
+    assert isinstance(outcome, Completed) and not outcome.is_error
+    [comment] = github.state.repos[REPO].comments.values()
+    assert _live(comment.body) == []
+    assert "@<!-- -->acme/reviewers" in comment.body and "&lt;!channel&gt;" in comment.body
+    assert "dev@example.com" in comment.body
+    # Reconciling still finds the comment by its marker.
+    reconciled = await tool.reconcile({"number": 1, "text": HOSTILE}, _ctx("call-9"))
+    assert isinstance(reconciled, Completed)
+
+
+async def test_comment_keeps_allowed_mentions_live_when_an_allow_list_is_set(
+    github: GitHub,
+) -> None:
+    tool = CommentOnIssue(github.client, fixed_repo(REPO), allowed_mentions=("octocat",))
+
+    await tool.start({"number": 1, "text": HOSTILE}, _ctx("call-9"))
+
+    [comment] = github.state.repos[REPO].comments.values()
+    assert _live(comment.body) == ["Octocat"]
+
+
+async def test_pull_request_title_and_body_ping_nobody_when_the_agent_writes_mentions(
+    github: GitHub,
+) -> None:
+    tool = OpenPullRequest(github.client, fixed_repo(REPO))
+    args = {**PR_ARGS, "title": "Fix it @acme/reviewers", "body": HOSTILE}
+
+    outcome = await tool.start(args, _ctx())
+
+    assert isinstance(outcome, Completed) and not outcome.is_error
+    [pull] = github.state.repos[REPO].pulls.values()
+    assert _live(pull.title) == [] and _live(pull.body) == []
+    assert pull.title == "Fix it @\u200bacme/reviewers"
+
+
+async def test_review_replies_ping_nobody_when_the_agent_writes_mentions(github: GitHub) -> None:
+    number = github.state.add_pull(REPO, "Fix", user="alice", head=BRANCH)
+    first = github.state.add_review_comment(
+        REPO, number, "why?", user="alice", path="a.py", line=1, diff_hunk="@@ -1 +1 @@"
+    )
+    tool = ReplyToReviewThreads(github.client, fixed_repo(REPO))
+
+    outcome = await tool.start({"number": number, "text": HOSTILE}, _ctx())
+
+    assert isinstance(outcome, Completed) and not outcome.is_error
+    [reply] = [c for c in github.state.repos[REPO].review_comments.values() if c.in_reply_to]
+    assert reply.in_reply_to == first and _live(reply.body) == []

@@ -20,7 +20,7 @@ from sqlalchemy import String, Text, select
 from adapters.config import ServerConfig
 from adapters.demo import scenario as demo
 from adapters.emulators.server import serve
-from adapters.emulators.webhooks import load_github_example
+from adapters.emulators.webhooks import deliver, load_github_example, sign_slack
 from adapters.logs import JsonFormatter
 from adapters.web.api import build_api
 from adapters.web.auth import AdminAuth
@@ -32,10 +32,17 @@ from tests.integration.keel_live import (
     ADMIN_TOKEN,
     CHANNEL,
     GH_REPO,
+    GH_USER,
+    MALLORY,
     PERSON,
+    SHOP,
+    SIGNING_SECRET,
     Live,
+    demo_script_after,
     drive,
     live_keel,
+    until,
+    until_ended,
 )
 
 INTRUDER = "U0INTRUDER"
@@ -93,6 +100,65 @@ async def test_own_replies_dropped_as_self_generated_when_they_come_back_as_webh
         ("drop", "duplicate"),
     }
     assert [t.task_id for t in tasks if t.parent_id is None] == [task_id]
+
+
+# -- what the agent writes pings nobody ---------------------------------------------------
+
+_ANNOUNCE = "announce the fix to everyone"
+
+
+def _announcing_script(folder: Path, issue: int) -> Path:
+    """The model writes every ping it can: through post_update and comment_on_issue."""
+    update = f"<!channel> <!here> <!subteam^S0OPS> <@{MALLORY}> and <@{PERSON}>: fixed"
+    comment = "@acme/reviewers @Codertocat: fixed"
+    calls = [
+        {"name": "post_update", "args": {"text": update}},
+        {"name": "comment_on_issue", "args": {"number": issue, "text": comment}},
+    ]
+    turns = [{"tool_calls": calls}, {"say": "Announced it."}]
+    return demo_script_after(folder, {"match": "announce", "turns": turns})
+
+
+async def test_tool_writes_ping_only_allowed_people_when_the_agent_writes_mentions(
+    db_url: str, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "keel"
+    issue = 1  # the repository's first issue, made below before anything else
+    extra = {
+        "model": {"script": str(_announcing_script(tmp_path / "model", issue))},
+        "slack": {"allowed_mentions": [PERSON]},
+    }
+    with live_keel(workdir, db_url, workers=True, extra=extra) as live:
+        assert live.github.add_issue(SHOP, "Build is red", "CI fails", user=GH_USER) == issue
+        root_ts = await live.start_thread(_ANNOUNCE)
+        db = Database.from_url(db_url)
+        try:
+            task = await _task_of(live, db, root_ts)
+            await until_ended(db, task)
+        finally:
+            db.close()
+
+        async def updated() -> bool:  # the outbox may deliver it after the task ended
+            return any("fixed" in m.text for m in live.slack.bot_posts(CHANNEL))
+
+        await until(updated, 30, "the update was not posted")
+        [update] = [m for m in live.slack.bot_posts(CHANNEL) if "fixed" in m.text]
+        [comment] = live.github.repos[SHOP].comments.values()
+    assert update.text == (
+        f"&lt;!channel&gt; &lt;!here&gt; &lt;!subteam^S0OPS&gt; &lt;@{MALLORY}&gt; "
+        f"and <@{PERSON}>: fixed"
+    )
+    assert comment.body.startswith("@<!-- -->acme/reviewers @<!-- -->Codertocat: fixed")
+
+
+async def _task_of(live: Live, db: Database, root_ts: str) -> str:
+    async def started() -> bool:
+        return await live.thread_task(db, root_ts) is not None
+
+    await until(started, 30, "no task for the thread")
+    task = await live.thread_task(db, root_ts)
+    assert task is not None
+    return task.task_id
 
 
 # -- unauthorised actors -------------------------------------------------------------------
@@ -154,6 +220,31 @@ async def test_unauthorised_people_cannot_start_or_stop_tasks_when_not_allowed(
     assert [(t.status, t.cancel_requested_at) for t in tasks] == [("queued", None)] * 2
     refused = [s for s in await _rows(db_url, SignalRow) if s.decision == "drop"]
     assert {s.reason for s in refused} == {"unauthorised"} and len(refused) == 4
+
+
+async def test_event_from_another_workspace_starts_nothing_when_one_bot_token_is_set(
+    db_url: str, tmp_path: Path
+) -> None:
+    with live_keel(tmp_path, db_url) as live:
+        mention = live.mention("please fix the flaky test")
+        foreign = {**live.envelope(mention), "team_id": "T0FOREIGN1"}
+        signed = sign_slack(foreign, SIGNING_SECRET)
+        [response] = await deliver(live.url + "/slack/events", signed)
+        await _settled(live, signals=1)
+        assert (await live.counts())["tasks"] == 0
+        await live.send_slack(mention)  # the same mention from Keel's own workspace
+        await _settled(live, signals=2)
+        assert (await live.counts())["tasks"] == 1
+    assert response.status_code == 200
+    dropped = [s for s in await _rows(db_url, SignalRow) if s.decision == "drop"]
+    assert [(s.reason, s.text) for s in dropped] == [
+        (
+            "unauthorised",
+            f"foreign workspace: event from Slack workspace 'T0FOREIGN1'; Keel's bot token "
+            f"is for '{live.slack.team_id}'",
+        )
+    ]
+    assert live.slack.bot_posts() == []  # not even a 👀 or a refusal went to Slack
 
 
 async def _settled(live: Live, *, signals: int, timeout_s: float = 20.0) -> None:

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import select
 
 from adapters.emulators.slack import SlackMessage
 from runtime.store import tasks as q
 from runtime.store.engine import Database
+from runtime.store.models import SignalRow
 from runtime.store.records import Task, TaskStatus
 from tests.integration.keel_live import (
     CHANNEL,
@@ -152,3 +154,25 @@ async def test_stop_button_refuses_someone_not_allowed_with_a_note_only_they_see
     assert "not allowed" in note.text and note.thread_ts == root_ts
     assert still is not None and still.cancel_requested_at is None
     assert shown is not None and shown.blocks  # the button is still there for others
+
+
+async def test_click_from_another_workspace_stops_nothing_when_one_bot_token_is_set(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with live_keel(tmp_path / "keel", db_url, workers=True, extra=_slow_job(tmp_path)) as live:
+        root_ts = await live.start_thread("please rerun the slow job")
+        task, progress = await _started(live, db, root_ts)
+        click = live.click(progress, root_ts, PERSON)
+        foreign = {**click, "team": {"id": "T0FOREIGN1", "domain": "elsewhere"}}
+
+        assert await live.send_click(foreign) == 200
+        signals = await db.read(lambda s: list(s.scalars(select(SignalRow))))
+        still = await db.read(lambda s: q.get_task(s, task.task_id))
+    db.close()
+    [click_row] = [s for s in signals if s.kind == "block_actions"]
+    assert (click_row.decision, click_row.reason) == ("drop", "unauthorised")
+    assert click_row.text.startswith("foreign workspace: event from Slack workspace 'T0FOREIGN1'")
+    assert click_row.delivery_id.startswith("action:T0FOREIGN1:")  # each click its own record
+    assert still is not None and still.cancel_requested_at is None
+    assert live.slack.ephemeral == []  # nothing is said to another workspace

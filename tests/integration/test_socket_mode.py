@@ -132,6 +132,27 @@ async def test_envelope_is_not_acknowledged_until_the_sink_commits(both: Both) -
     assert [delivery for _, _, delivery, _ in both.sink.accepted] == ["Ev111"]
 
 
+async def test_event_from_another_workspace_is_acknowledged_and_dropped_over_both_transports(
+    both: Both,
+) -> None:
+    foreign = {**load_slack_event("app_mention"), "team_id": "T999"}
+    signed = sign_slack(foreign, SECRET)
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.post(both.http_url, content=signed.body, headers=signed.headers)
+    envelope_id = both.hub.send(foreign)
+
+    assert response.status_code == 200 and await _acked(both.hub, envelope_id)
+    outcomes = [outcome for outcome, *_ in both.sink.accepted]
+    assert [type(o).__name__ for o in outcomes] == ["Ignored", "Ignored"]
+    assert {(o.reason, o.detail) for o in outcomes if isinstance(o, Ignored)} == {
+        (
+            "unauthorised",
+            "foreign workspace: event from Slack workspace 'T999'; Keel's bot token is for "
+            "'T111'",
+        )
+    }
+
+
 async def test_client_reconnects_and_keeps_receiving_when_slack_says_disconnect(
     both: Both,
 ) -> None:

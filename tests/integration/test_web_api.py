@@ -357,6 +357,59 @@ async def test_ui_accepts_query_token_then_cookie_when_bound_to_non_loopback(
             assert (await http.get("/api/tasks")).status_code == 401  # the API wants the header
 
 
+GUARDED_LOOPBACK = ServerConfig.model_validate({"admin_token": "s3cret-admin"})
+BEARER = {"Authorization": "Bearer s3cret-admin"}
+
+
+async def test_loopback_clients_need_the_token_too_when_one_is_set(stack: Stack) -> None:
+    with serve(make_app(stack, GUARDED_LOOPBACK)) as running:
+        assert running.url.startswith("http://127.0.0.1:")
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            bare = await http.get("/api/tasks")
+            ui = await http.get("/ui/tasks")
+            with_token = await http.get("/api/tasks", headers=BEARER)
+    assert (bare.status_code, ui.status_code, with_token.status_code) == (401, 401, 200)
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "evil.example:8080", "127.0.0.1.evil.example", "", "[::1"]
+)
+async def test_requests_are_refused_and_change_nothing_when_host_is_not_served(
+    stack: Stack, host: str
+) -> None:
+    task = (await stack.scheduler.schedule(make_spec(message="keep running"))).task
+    with serve(make_app(stack, GUARDED_LOOPBACK)) as running:
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            headers = {**BEARER, "Host": host}
+            listed = await http.get("/api/tasks", headers=headers)
+            ui = await http.get("/ui/tasks", params={"token": "s3cret-admin"}, headers=headers)
+            cancel = await http.post(f"/api/tasks/{task.task_id}/cancel", headers=headers)
+    assert (listed.status_code, ui.status_code, cancel.status_code) == (421, 421, 421)
+    assert "is not this server's" in listed.json()["detail"]
+    after = await stack.scheduler.get(task.task_id)
+    assert after is not None and after.cancel_requested_at is None
+
+
+@pytest.mark.parametrize(
+    ("server", "host"),
+    [
+        ({}, "localhost:8080"),
+        ({}, "[::1]:8080"),
+        ({"public_url": "https://keel.example.com"}, "KEEL.example.com"),
+        ({"host": "0.0.0.0", "public_url": "https://keel.example.com/"}, "keel.example.com:443"),
+        ({"host": "10.1.2.3"}, "10.1.2.3:8080"),
+    ],
+)
+async def test_requests_are_answered_when_host_is_loopback_or_served(
+    stack: Stack, server: dict[str, Any], host: str
+) -> None:
+    config = ServerConfig.model_validate({"admin_token": "s3cret-admin", **server})
+    with serve(make_app(stack, config)) as running:
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            response = await http.get("/api/tasks", headers={**BEARER, "Host": host})
+    assert response.status_code == 200
+
+
 async def test_every_request_is_refused_when_exposed_without_admin_token(stack: Stack) -> None:
     unguarded = ServerConfig.model_validate({"host": "0.0.0.0"})
     with serve(make_app(stack, unguarded)) as running:
@@ -439,6 +492,18 @@ def test_metrics_docs_and_openapi_are_open_when_bound_to_loopback(
     with _served_app(db_url, tmp_path) as s:
         for path in GUARDED:
             assert httpx.get(s.url + path).status_code == 200, path
+
+
+def test_metrics_docs_and_openapi_check_token_and_host_when_a_token_is_set_on_loopback(
+    db_url: str, tmp_path: Path
+) -> None:
+    with _served_app(db_url, tmp_path, admin_token="s3cret-admin") as s:
+        for path in GUARDED:
+            assert httpx.get(s.url + path).status_code == 401, path
+            evil = {**BEARER, "Host": "evil.example"}
+            assert httpx.get(s.url + path, headers=evil).status_code == 421, path
+            assert httpx.get(s.url + path, headers=BEARER).status_code == 200, path
+        assert httpx.get(s.url + "/healthz", headers={"Host": "evil.example"}).status_code == 200
 
 
 @pytest.mark.parametrize(

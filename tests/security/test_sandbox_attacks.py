@@ -425,7 +425,8 @@ async def test_no_secret_of_keel_or_the_host_visible_to_a_command(
 
 
 async def test_network_and_keels_loopback_unreachable_from_a_command(tmp_path: Path) -> None:
-    """Keel's API answers loopback without a token: a command must not reach loopback."""
+    """Keel's API answers loopback without a token when none is set: a command must not
+    reach loopback."""
     origin = make_origin(tmp_path / "origin.git", {"README.md": "hello\n"})
     workspaces, ws = await new_workspace(tmp_path / "ws", str(origin))
     with serving(Evil()) as evil:
@@ -442,13 +443,15 @@ async def test_network_and_keels_loopback_unreachable_from_a_command(tmp_path: P
 @pytest.mark.xfail(
     strict=True,
     reason="beyond design-37: an agent with allow_network shares the host's network namespace, "
-    "so its commands reach every loopback service (Keel's API needs no token on loopback)",
+    "so its commands reach every loopback service (Keel's API asks them for the admin token "
+    "only when one is set)",
 )
 async def test_loopback_unreachable_even_when_the_agent_may_use_the_network(
     tmp_path: Path,
 ) -> None:
     """``allow_network: true`` is for package downloads, not for Keel's own API (which asks
-    no token on loopback), its PostgreSQL on localhost or the metadata of the host."""
+    no token on loopback unless one is set), its PostgreSQL on localhost or the metadata of
+    the host."""
     origin = make_origin(tmp_path / "origin.git", {"README.md": "hello\n"})
     workspaces, ws = await new_workspace(tmp_path / "ws", str(origin))
     networked = replace(workspaces.sandbox, network=True)

@@ -388,6 +388,46 @@ def test_describe_warns_when_bound_beyond_loopback_without_admin_token() -> None
     assert build_config({}, {}).server.is_loopback
 
 
+def test_served_hosts_are_the_public_url_host_and_a_bound_address_when_configured() -> None:
+    server_tree = {"host": "10.0.0.5", "public_url": "https://Keel.Example.com:8443/x"}
+    tree = {"server": {**server_tree, "admin_token": "s3cret"}}
+
+    server = build_config(tree, {}).server
+
+    assert server.served_hosts == {"keel.example.com", "10.0.0.5"}
+    assert build_config({"server": {"host": "0.0.0.0"}}, {}).server.served_hosts == set()
+    (line,) = [line for line in describe(build_config(tree, {})) if line.startswith("server:")]
+    assert line.endswith("Host 10.0.0.5, keel.example.com, loopback")
+
+
+@pytest.mark.parametrize(
+    ("tree", "problem"),
+    [
+        ({"server": {"public_url": "keel.example.com"}}, "server.public_url: expected an"),
+        ({"slack": {"allowed_mentions": "U0OPS1, <!channel>"}}, "not Slack user ids"),
+        ({"github": {"allowed_mentions": ["octocat", "a b"]}}, "not GitHub logins"),
+    ],
+)
+def test_access_settings_are_refused_at_load_when_malformed(
+    tree: dict[str, Any], problem: str
+) -> None:
+    [line] = problems_of(tree)
+
+    assert problem in line
+
+
+def test_allowed_mentions_are_read_without_their_at_when_configured() -> None:
+    tree = {
+        "github": {"allowed_mentions": ["@octocat", "acme/oncall"]},
+        "slack": {"allowed_mentions": "U0OPS1,W0GRID2"},
+    }
+
+    config = build_config(tree, {})
+
+    assert config.github.allowed_mentions == ("octocat", "acme/oncall")
+    assert config.slack.allowed_mentions == ("U0OPS1", "W0GRID2")
+
+
 def test_daemons_validate_when_fully_specified() -> None:
     rule = {"provider": "github", "kind": "check_run", "branch": "main", "conclusion": "failure"}
     daemon = make_daemon(id="ci-doctor", watch=[rule], deny=["git_push"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from adapters.github.markdown import to_github
+from adapters.github.markdown import title_for_github, to_github
 from adapters.slack.mrkdwn import to_mrkdwn
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reporting import completion_text
@@ -70,3 +70,29 @@ def test_completion_reply_is_markdown_that_each_surface_renders() -> None:
     assert "*Evidence*\n• Commit abc1234" in slack and "&lt;!channel&gt;" in slack
     github = to_github(body)
     assert "**Evidence**\n- Commit abc1234" in github and "@<!-- -->octocat" in github
+
+
+def test_github_rendering_keeps_only_allowed_mentions_live_when_an_allow_list_is_set() -> None:
+    text = to_github(HOSTILE, allowed=("OctoCat", "@acme/reviewers"))
+
+    assert "Ping @octocat and @acme/reviewers" in text  # logins compare without case
+    assert "&lt;@<!-- -->U123&gt;" in text
+    assert to_github("@acme/reviewers-2 and @acme", allowed=("acme/reviewers",)) == (
+        "@<!-- -->acme/reviewers-2 and @<!-- -->acme"
+    )
+
+
+def test_pull_request_title_breaks_mentions_with_an_invisible_space_when_written() -> None:
+    title = title_for_github("Fix for @acme/reviewers, see `@keep`", allowed=("nobody",))
+
+    assert title == "Fix for @\u200bacme/reviewers, see `@keep`"  # a title shows no HTML
+    assert title_for_github("cc @octocat", allowed=("octocat",)) == "cc @octocat"
+
+
+def test_slack_rendering_keeps_only_allowed_users_live_when_an_allow_list_is_set() -> None:
+    text = to_mrkdwn(f"{HOSTILE}\n<@U777|ops> and `<@U123>`", allowed=("U123", "U777"))
+
+    assert "<@U123> broke it" in text and "<@U777> and" in text
+    assert "`&lt;@U123&gt;`" in text  # code stays code
+    assert "&lt;!channel&gt;" in text and "&lt;!here&gt;" in text
+    assert "&lt;!subteam^S1&gt;" in to_mrkdwn("<!subteam^S1>", allowed=("S1", "U123"))

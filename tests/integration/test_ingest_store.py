@@ -59,6 +59,8 @@ def _count(db_url: str, model: Any) -> int:
 def _mention() -> dict[str, Any]:
     payload = load_slack_event("app_mention")
     payload["event"]["text"] = "<@U0KEELBOT1> please fix the build"
+    # From the workspace of Keel's bot token (the emulator's): one token takes no other team's.
+    payload["team_id"] = payload["event"]["team"] = SlackState().team_id
     return payload
 
 

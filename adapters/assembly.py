@@ -173,6 +173,7 @@ class Keel:
             github_allowed_bots=cfg.github.allowed_bots,
             github_bot_login=cfg.github.bot_login,
             github_app_id=cfg.github.app.app_id,
+            agents=cfg.agents,
         )
 
     # -- surfaces, tools and the executor ------------------------------------------------

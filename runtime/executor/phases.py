@@ -111,7 +111,7 @@ async def call_model(
     if parked is not None:
         return parked
     agent = ctx.agent(task.agent)
-    tools = ctx.tools_for(agent)
+    tools = ctx.tools_for(task.agent)
     entries = await transcript_of(run, ctx)
     system = run.state.system or ""
     specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values())
@@ -207,7 +207,7 @@ async def report_terminal(
         # Input arrived after the last check: the answer did not see it, so ask again.
         return goto(run, "check_scheduler", turn=run.turn + 1)
     entries = await transcript_of(run, ctx)
-    lifetime = ctx.idle_lifetime_s(task.agent)
+    lifetime = ctx.idle_lifetime_s(task)
     if lifetime is not None:
         return _park(run, ctx, tx.final_text(entries, run.turn), lifetime)
     calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))

@@ -28,6 +28,7 @@ from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from runtime.clock import SystemClock
+from runtime.config import AgentConfig
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
 from runtime.models.base import ModelRequest, ModelResponse, ToolResultItem, UserText
@@ -112,15 +113,17 @@ class Keel:
             RoutingConfig(), self.daemons, github_bot_login=US.bot_login, github_app_id=US.app_id
         )
         self.router = Router(scheduler, self.db, policy, retry_delays=(0,))
-        tools = default_tools(self.folder, scheduler, self.db)
+        known: dict[str, AgentConfig] = {}
+        tools = default_tools(self.folder, scheduler, self.db, known)
         tools["git_push"] = test_tools.CreateThing(self.folder / "pushes.log", name="git_push")
         agents = {"fixer": agent(list(tools), max_turns=10)}
+        known.update({**agents, **daemon_agents(policy.daemons, agents, tools)})
         ctx = ExecutorContext(
             db=self.db,
             scheduler=scheduler,
             provider=self.provider,
             tools=tools,
-            agents={**agents, **daemon_agents(policy.daemons, agents, tools)},
+            agents=known,
             resident=daemon_residency(policy.daemons, self.daemons.idle_lifetime_s),
             clock=SystemClock(),
             poll_interval_s=0.05,

@@ -174,4 +174,4 @@ class ChildAware:
             else i
             for i in response.items
         )
-        return ModelResponse(items)
+        return ModelResponse(items, response.usage)

@@ -110,6 +110,9 @@ async def call_model(
     parked = await budget.check(run, task, ctx)
     if parked is not None:
         return parked
+    spent = await budget.tree_limit(task, ctx)
+    if spent is not None:
+        return limit_reached(run, spent.name, spent.value)
     agent = ctx.agent(task.agent)
     tools = ctx.tools_for(task.agent)
     entries = await transcript_of(run, ctx)

@@ -1,6 +1,7 @@
 """Delegation cannot widen authority: a child runs as its parent's agent, or as one it names
 that may do nothing the parent may not; a daemon role's ``deny`` binds its whole tree; a tree
-stops growing at ``limits.max_tree_tasks`` and the model is told why."""
+stops growing at ``limits.max_tree_tasks`` and the model is told why; a tree that has spent
+its root agent's tree budget ends at it, every task of it."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from routing.daemons import DaemonDefinition, Watch
-from runtime.config import AgentConfig
+from runtime.clock import SystemClock
+from runtime.config import AgentConfig, ModelPrice
+from runtime.executor.accounting import Accounting
+from runtime.reporting import ThreadReporter
 from runtime.store import tasks as q
-from runtime.store import tool_calls
+from runtime.store import tool_calls, usage
 from runtime.store.records import Task, TaskStatus
 from tests import tools as test_tools
 from tests.factories import make_spec
-from tests.harness import Stack, agent, build_stack
+from tests.harness import ChildAware, Stack, agent, build_stack
 
+PRICE = ModelPrice(input_per_million=1_000.0, output_per_million=1_000.0)  # ~$0.2 a call
 ALL = ["lookup", "create_thing", "git_push", "delegate", "wait_for_task"]
 TRIAGE = DaemonDefinition(
     daemon_id="triage", purpose="sort issues", watch=(Watch(provider="github"),), deny=("git_push",)
@@ -162,3 +167,39 @@ async def test_tree_stops_at_max_tree_tasks_with_the_reason_when_delegating_in_p
     assert len(await tree(stack, root)) == 2  # the root and two children: three tasks
     refused = [out for out in await outputs(stack, root.task_id) if "max_tree_tasks" in out]
     assert len(refused) == 2
+
+
+async def test_tree_ends_at_its_cost_budget_when_a_child_spends_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    looping = [{"tool_calls": [{"name": "lookup", "args": {"key": f"k{n}"}}]} for n in range(40)]
+    script = {
+        "scripts": [
+            {"match": "Goal: dig", "turns": [*looping, {"say": "dug"}]},
+            {
+                "turns": [
+                    {"tool_calls": [delegate("dig")]},
+                    {"tool_calls": [{"name": "wait_for_task", "args": {"task_id": "{child}"}}]},
+                    {"say": "done"},
+                ]
+            },
+        ]
+    }
+    # About $0.2 a call: the tree may make about five calls in all, the child's included.
+    lead = agent(ALL, max_tree_cost_usd=1.0, max_turns=100)
+    stack = build_stack(db_url, tmp_path, ChildAware(script), agents={"lead": lead})
+    stack.ctx.accounting = Accounting("scripted", {"scripted": PRICE})
+    stack.ctx.reporter = ThreadReporter(SystemClock())
+    root = (await stack.scheduler.schedule(make_spec(agent="lead"))).task
+    async with stack.working():
+        final = await stack.run_until_terminal(root.task_id)
+        [child] = await tree(stack, root)
+        child = await stack.ended(child.task_id)
+    assert child.result is not None and child.result["outcome"] == "limit:max_tree_cost_usd"
+    assert final.result is not None and final.result["outcome"] == "limit:max_tree_cost_usd"
+    spent = await stack.db.read(lambda s: usage.tree_totals(s, root.task_id))
+    assert 1.0 <= spent.cost_usd < 1.0 + 2 * 0.3
+    # The reply says why it stopped and what the whole tree spent.
+    [reply] = await stack.posts(root.task_id, "completion")
+    assert "max_tree_cost_usd" in reply.body
+    assert f"${spent.cost_usd:.2f}" in reply.body and "· 2 tasks" in reply.body

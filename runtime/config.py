@@ -178,7 +178,8 @@ class AgentLimits(ConfigSection):
     max_cost_usd: float | None = Field(default=None, gt=0)
     budget_answer_s: float = Field(default=86_400, gt=0)
     # Read from a tree's root task's agent: how many tasks delegation may make in all (the
-    # root included), and what the whole tree may spend before it asks to continue.
+    # root included), and what the whole tree may spend before each of its tasks ends at
+    # the limit (a tree's budget does not ask).
     max_tree_tasks: int = Field(default=20, ge=1)
     max_tree_tokens: int | None = Field(default=None, ge=1)
     max_tree_cost_usd: float | None = Field(default=None, gt=0)

@@ -1,7 +1,9 @@
 """Built-in tools: delegation to a child Task, waiting for it, and progress updates.
 
 ``delegate`` keys the child by (parent task, call id), so a recovered call finds the child it
-already made instead of making a second one.
+already made instead of making a second one. A child runs as its parent's agent, or as one
+the parent names that may do nothing the parent may not (``authority_beyond``); its tree
+holds at most the root agent's ``limits.max_tree_tasks`` tasks.
 """
 
 from __future__ import annotations

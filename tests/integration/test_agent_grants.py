@@ -17,7 +17,10 @@ from adapters.assembly import Keel
 from adapters.config import build_config
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
+from runtime.tools.base import Completed, ToolContext
+from runtime.workspace import Workspaces, WorkspaceSpec
 from tests.host import require_bwrap, run_tool_to_end
+from tests.integration.test_devbox_tools import make_bare_repo, sh
 
 AGENTS = {
     "default": {},
@@ -94,7 +97,16 @@ async def test_network_reaches_only_the_agent_that_allows_it_when_configured(
 
 @pytest.mark.parametrize(("agent", "allowed"), [("builder", True), ("default", False)])
 async def test_protected_push_reaches_only_the_agent_that_allows_it_when_configured(
-    executor: ExecutorContext, agent: str, allowed: bool
+    executor: ExecutorContext, tmp_path: Path, agent: str, allowed: bool
 ) -> None:
-    push = executor.tools_for(agent)["git_push"]
-    assert push.allow_protected is allowed  # type: ignore[attr-defined]
+    bare = make_bare_repo(tmp_path, {"README.md": "hello\n"})
+    ws = await Workspaces(tmp_path / "ws").ensure(WorkspaceSpec("root-1", str(bare)))
+    before = sh("git", "rev-parse", "main", cwd=bare)
+    tools = executor.tools_for(agent)
+    ctx = ToolContext(task_id="task-1", root_task_id="root-1", call_id="call-1", workspace=ws)
+    await tools["write_file"].start({"path": "x.txt", "content": "x"}, ctx)
+    await tools["git_commit"].start({"message": "x"}, ctx)
+    pushed = await tools["git_push"].start({"branch": "main"}, ctx)
+    assert isinstance(pushed, Completed) and pushed.is_error is not allowed, pushed
+    after = sh("git", "rev-parse", "main", cwd=bare)
+    assert (after != before) is allowed

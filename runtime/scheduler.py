@@ -139,8 +139,9 @@ class Scheduler:
         return Scheduled(task, created=True)
 
     async def schedule_child(self, spec: TaskSpec, *, max_tree_tasks: int) -> Scheduled | TreeFull:
-        """A child task, unless its tree already holds ``max_tree_tasks`` tasks. The child
-        made before under the same key is returned whatever the tree's size."""
+        """A child task, unless its tree already holds ``max_tree_tasks`` tasks (a resident
+        root's tree: those made in its current activation). The child made before under the
+        same key is returned whatever the tree's size."""
         try:
             outcome = await self.db.run(lambda s: self._schedule_child(s, spec, max_tree_tasks))
         except UniqueViolation:
@@ -162,7 +163,7 @@ class Scheduler:
         existing = q.find_child(session, parent.task_id, spec.child_key)
         if existing is not None:
             return Scheduled(q.to_task(existing), created=False)
-        size = q.tree_size(session, parent.root_id)
+        size = q.tree_size(session, parent.root_id, since=_activation_of(session, parent.root_id))
         if size >= max_tree_tasks:
             return TreeFull(size)
         return self.schedule_in(session, spec)
@@ -430,3 +431,10 @@ def _not_leased(session: Transaction, task_id: str) -> str:
     if execution.phase == "done":
         return "execution already done"
     return "another worker holds the lease"
+
+
+def _activation_of(session: Transaction, root_id: str) -> datetime | None:
+    """When a resident root's current activation began; None for any other root."""
+    run = executions.load_run(session, root_id)
+    activation = run.state.activation if run is not None else None
+    return activation.since if activation is not None else None

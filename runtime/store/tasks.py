@@ -246,9 +246,12 @@ def find_child(session: Session, parent_id: str, child_key: str) -> TaskRow | No
     return session.scalars(query).first()
 
 
-def tree_size(session: Session, root_id: str) -> int:
-    """How many tasks a tree holds, its root included, whatever their status."""
+def tree_size(session: Session, root_id: str, *, since: datetime | None = None) -> int:
+    """How many tasks a tree holds, its root included, whatever their status; with
+    ``since``, the root and the tasks created from then on."""
     query = select(func.count()).select_from(TaskRow).where(TaskRow.root_id == root_id)
+    if since is not None:
+        query = query.where((TaskRow.created_at >= since) | (TaskRow.task_id == root_id))
     return int(session.scalar(query) or 0)
 
 

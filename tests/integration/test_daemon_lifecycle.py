@@ -9,6 +9,7 @@ database handle, scheduler, router and worker on the same database.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -401,3 +402,32 @@ def _texts(request: ModelRequest) -> list[str]:
             found.append(item.output)
     return found
 
+
+
+async def test_daemon_tree_cap_counts_per_event_when_each_event_delegates(
+    db_url: str, tmp_path: Path
+) -> None:
+    """``max_tree_tasks`` bounds what one event may make: a resident role's long-lived task
+    is not refused delegation forever once its events together reached the cap."""
+    script = {
+        "scripts": [
+            {"match": "Goal: diagnose", "turns": [{"say": "diagnosed"}]},
+            {
+                "turns": [
+                    {"tool_calls": [_call("delegate", goal="diagnose the lint")]},
+                    {"say": "handed on"},
+                    {"expect_seen": [UNIT], "tool_calls": [_call("delegate", goal="diagnose")]},
+                    {"say": "handed on again"},
+                ]
+            },
+        ]
+    }
+    daemons = role(role={"limits": {"max_tree_tasks": 2}})
+    async with keel(db_url, tmp_path, daemons, script) as k:
+        first_id = await k.first_parked()
+        await k.event("unit-tests", 1002, "d-unit")
+        await k.parked(first_id, events=2)
+        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))
+    outputs = [str((c.result or {}).get("output", "")) for c in calls if c.name == "delegate"]
+    assert len(outputs) == 2
+    assert all(json.loads(out)["agent"] == "daemon:ci-doctor" for out in outputs), outputs

@@ -30,9 +30,9 @@ ROLES = [{"id": "nightly", "agent": "builder", "purpose": "p", "watch": [{"provi
 
 
 @pytest.fixture
-async def executor(tmp_path: Path) -> AsyncIterator[ExecutorContext]:
+async def executor(db_url: str, tmp_path: Path) -> AsyncIterator[ExecutorContext]:
     tree = {
-        "database": {"url": f"sqlite:///{tmp_path / 'keel.db'}"},
+        "database": {"url": db_url},
         "workspace": {"root": str(tmp_path / "ws"), "sandbox": "bwrap"},
         "agents": AGENTS,
         "daemons": {"roles": ROLES},

@@ -47,6 +47,9 @@ async def load_context(
 ) -> Transition[Literal["check_scheduler"]]:
     agent = ctx.agent(task.agent)
     sections = [agent.instructions]
+    if task.parent_id is not None and task.agent in ctx.resident:
+        # A daemon's child runs as the role, whose instructions speak of waiting for events.
+        sections.append(_ROLE_CHILD)
     for source in ctx.context_sources:
         sections.extend(await source.sections(task))
     sections.append(await _earlier_work(task, ctx))
@@ -60,6 +63,12 @@ async def load_context(
 
     state = replace(run.state, system="\n\n".join(s for s in sections if s))
     return goto(run, "check_scheduler", state=state, writes=(write,))
+
+
+_ROLE_CHILD = (
+    "This task is a child the role delegated: it does not wait for events. Do its goal, "
+    "give a final answer, and it ends."
+)
 
 
 async def _earlier_work(task: Task, ctx: ExecutorContext) -> str:

@@ -428,6 +428,13 @@ async def test_daemon_tree_cap_counts_per_event_when_each_event_delegates(
         await k.event("unit-tests", 1002, "d-unit")
         await k.parked(first_id, events=2)
         calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))
-    outputs = [str((c.result or {}).get("output", "")) for c in calls if c.name == "delegate"]
-    assert len(outputs) == 2
-    assert all(json.loads(out)["agent"] == "daemon:ci-doctor" for out in outputs), outputs
+        outputs = [str((c.result or {}).get("output", "")) for c in calls if c.name == "delegate"]
+        assert len(outputs) == 2
+        assert all(json.loads(out)["agent"] == "daemon:ci-doctor" for out in outputs), outputs
+        # Children of a resident role end at their answer rather than wait for events.
+        for out in outputs:
+            child = await k.finished(json.loads(out)["task_id"])
+            assert child.status is TaskStatus.succeeded
+    # The children run as the role, told that they end at their answer.
+    children = [r for r in k.provider.requests if any("Goal: diagnose" in t for t in _texts(r))]
+    assert children and all("does not wait for events" in r.system for r in children)

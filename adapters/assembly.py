@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
+from runtime.config import AgentConfig
 from runtime.errors import Permanent
 from runtime.executor.accounting import Accounting
 from runtime.executor.context import ExecutorContext
@@ -173,6 +175,7 @@ class Keel:
             github_allowed_bots=cfg.github.allowed_bots,
             github_bot_login=cfg.github.bot_login,
             github_app_id=cfg.github.app.app_id,
+            agents=cfg.agents,
         )
 
     # -- surfaces, tools and the executor ------------------------------------------------
@@ -232,14 +235,20 @@ class Keel:
     def _build_executor(self) -> None:
         cfg = self.config
         provider = self.provider or self._provider()
-        tools = self._tools()
         daemons = self.router.policy.daemons
+        # Delegate reads this mapping at each call, so the daemons' agents join it once the
+        # tool names they may deny are known.
+        agents: dict[str, AgentConfig] = dict(cfg.agents)
+        tools, _ = self._agent_tools({})
+        agents.update(daemon_agents(daemons, cfg.agents, tools))
+        tools, agent_tools = self._agent_tools(agents)
         ctx = ExecutorContext(
             db=self.db,
             scheduler=self.scheduler,
             provider=provider,
             tools=tools,
-            agents={**cfg.agents, **daemon_agents(daemons, cfg.agents, tools)},
+            agent_tools=agent_tools,
+            agents=agents,
             resident=daemon_residency(daemons, cfg.daemons.idle_lifetime_s),
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
@@ -288,30 +297,37 @@ class Keel:
             timeout_s=model.timeout_s,
         )
 
-    def _tools(self) -> dict[str, Tool]:
-        agent = self.config.agents.get("default")
-        sandbox = self.workspaces.sandbox
-        if agent is not None and agent.allow_network:
-            sandbox = replace(sandbox, network=True)
-        found: list[Tool] = [
-            *devbox_tools(
-                sandbox,
-                allow_protected=bool(agent and agent.allow_protected_push),
-                credentials=self.checkouts,
-            ),
-            Delegate(self.scheduler, max_depth=agent.limits.max_delegation_depth if agent else 2),
+    def _agent_tools(
+        self, agents: Mapping[str, AgentConfig]
+    ) -> tuple[dict[str, Tool], dict[str, dict[str, Tool]]]:
+        """Tools without any agent's grants, and each agent's own: network for its commands
+        and pushes to protected branches only where that agent's settings allow them."""
+        common: list[Tool] = [
+            Delegate(self.scheduler, agents),
             WaitForTask(self.scheduler),
             PostUpdate(self.db, self.scheduler),
         ]
         if self.github is not None:
-            found.extend(
+            common.extend(
                 github_tools(
                     self.github,
                     self.checkouts.repo_full_name,
                     allowed_mentions=self.config.github.allowed_mentions,
                 )
             )
-        return {tool.name: tool for tool in found}
+
+        def built(network: bool, protected: bool) -> dict[str, Tool]:
+            sandbox = replace(self.workspaces.sandbox, network=True) if network else (
+                self.workspaces.sandbox
+            )
+            devbox = devbox_tools(sandbox, allow_protected=protected, credentials=self.checkouts)
+            return {tool.name: tool for tool in (*devbox, *common)}
+
+        by_agent = {
+            name: built(agent.allow_network, agent.allow_protected_push)
+            for name, agent in agents.items()
+        }
+        return built(False, False), by_agent
 
     # -- lifecycle ------------------------------------------------------------------------
 

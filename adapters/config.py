@@ -388,11 +388,29 @@ class AppConfig(ConfigSection):
 
 
 def _unknown_agents(config: AppConfig) -> list[str]:
+    """Every agent a request or a daemon can be routed to must be configured: otherwise it
+    would run with settings nobody wrote."""
     known = ", ".join(config.agents)
+    routing = config.routing
+    request_agent = routing.request_agent(config.agents)
+    if request_agent is None:
+        return [
+            f"routing.agent: not set, and no agent is named 'default' among {known}: "
+            "name the agent requests run as"
+        ]
+    named = {
+        "routing.agent": request_agent,
+        **{f"routing.channel_agents.{ch}": agent for ch, agent in routing.channel_agents.items()},
+        **{f"routing.repo_agents.{repo}": agent for repo, agent in routing.repo_agents.items()},
+        **{
+            f"daemons.roles[{index}].agent": daemon.agent
+            for index, daemon in enumerate(config.daemons.roles)
+        },
+    }
     return [
-        f"daemons.roles[{index}].agent: unknown agent {daemon.agent!r} (agents: {known})"
-        for index, daemon in enumerate(config.daemons.roles)
-        if daemon.agent not in config.agents
+        f"{path}: unknown agent {agent!r} (agents: {known})"
+        for path, agent in named.items()
+        if agent not in config.agents
     ]
 
 
@@ -419,7 +437,7 @@ def describe(config: AppConfig) -> list[str]:
         config.slack.describe(source),
         config.github.describe(source),
         config.model.describe(source),
-        describe_agents(config.agents),
+        f"{describe_agents(config.agents)}; {config.routing.describe_agents(config.agents)}",
         config.routing.describe(source),
         config.daemons.describe(source),
         config.workspace.describe(source),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
@@ -52,6 +53,34 @@ class RoutingConfig(ConfigSection):
     # Failed checks on a linked pull request's head that reach its task, per objective; past
     # it Keel says so on the pull request and stops trying (one per check and SHA besides).
     max_ci_fixes: int = Field(default=3, ge=0)
+    # The agent a request runs as: by the Slack channel, else by the request's repository,
+    # else ``agent`` (unset: the agent named ``default``, or the only agent configured).
+    # People listed in ``agent_choosers`` (Slack user ids, GitHub logins) may name another
+    # configured agent with ``agent=<name>`` in the request.
+    agent: Annotated[Key | None, BeforeValidator(blank_to_none)] = None
+    channel_agents: dict[str, Key] = Field(default_factory=dict)
+    repo_agents: dict[Key, Key] = Field(default_factory=dict)
+    agent_choosers: Names = ()
+
+    def request_agent(self, agents: Collection[str]) -> str | None:
+        """The agent a request runs as when no channel or repository names one; None when
+        ``agent`` is unset and the configured agents leave it open."""
+        if self.agent is not None:
+            return self.agent
+        if "default" in agents or not agents:
+            return "default"
+        only = list(agents)
+        return only[0] if len(only) == 1 else None
+
+    def describe_agents(self, agents: Collection[str]) -> str:
+        """Which agent requests run as, and where configuration chooses another."""
+        chosen = self.request_agent(agents)
+        overrides = len(self.channel_agents) + len(self.repo_agents)
+        choosers = len(self.agent_choosers)
+        return (
+            f"requests run as {chosen}, {overrides} channel/repository overrides, "
+            f"{choosers} people may choose with agent=<name>"
+        )
 
     def describe(self, source: SourceOf) -> str:
         joins = (

@@ -144,7 +144,12 @@ def daemon_agents(
     registered = frozenset(known_tools)
     found = {}
     for daemon in daemons:
-        base = agents.get(daemon.agent) or AgentConfig()
+        base = agents.get(daemon.agent)
+        if base is None:
+            raise ConfigError(
+                f"daemon {daemon.daemon_id} ({daemon.source}): unknown agent {daemon.agent!r} "
+                f"(agents: {', '.join(agents) or 'none'})"
+            )
         known = registered | set(base.tools)
         unknown = [name for name in daemon.deny if name not in known]
         if unknown:

@@ -610,10 +610,12 @@ class Router:
 
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""
+        who = (str(record.actor.get("id") or ""), str(record.actor.get("name") or ""))
+        choice = self.policy.agent_for(record.thread_ref, who, record.text)
         return _Fresh(
             objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
-            agent=self.policy.default_agent,
-            message=record.text,
+            agent=choice.agent,
+            message=choice.message,
             decision="new_task",
         )
 

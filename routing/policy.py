@@ -7,6 +7,7 @@ imports the adapters' configuration.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -21,6 +22,14 @@ Permission = Literal["read", "triage", "write", "maintain", "admin"]
 PERMISSIONS: tuple[Permission, ...] = get_args(Permission)
 
 _NO_REPOS: Mapping[str, str] = MappingProxyType({})
+# ``agent=<name>`` as a word of its own anywhere in a request.
+_AGENT_WORD = re.compile(r"(?<!\S)agent=(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-/]*)(?!\S)")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentChoice:
+    agent: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,11 @@ class RoutingPolicy:
     default_repo: str | None = None
     daemons: tuple[DaemonDefinition, ...] = ()
     default_agent: str = "default"
+    channel_agents: Mapping[str, str] = field(default_factory=lambda: _NO_REPOS)
+    repo_agents: Mapping[str, str] = field(default_factory=lambda: _NO_REPOS)
+    # Who may name an agent with ``agent=<name>``, and the agents that may be named.
+    agent_choosers: frozenset[str] = frozenset()
+    agents: frozenset[str] = frozenset()
     # Our own identities beyond what the adapter marks as is_self: a CI run created by our
     # App, or an event whose sender is our login, was caused by us.
     self_logins: frozenset[str] = frozenset()
@@ -58,8 +72,9 @@ class RoutingPolicy:
         github_bot_login: str | None = None,
         github_app_id: int | None = None,
         repo_daemons: Iterable[DaemonDefinition] = (),
-        default_agent: str = "default",
+        agents: Iterable[str] = (),
     ) -> RoutingPolicy:
+        known = frozenset(agents)
         return cls(
             slack_allowed_channels=frozenset(slack_allowed_channels),
             slack_allowed_users=frozenset(slack_allowed_users),
@@ -72,7 +87,13 @@ class RoutingPolicy:
             channel_repos=MappingProxyType(dict(routing.channel_repos)),
             default_repo=routing.default_repo,
             daemons=_unique((*map(daemon_from_config, daemons.roles), *repo_daemons)),
-            default_agent=default_agent,
+            default_agent=routing.request_agent(known) or "default",
+            channel_agents=MappingProxyType(dict(routing.channel_agents)),
+            repo_agents=MappingProxyType(
+                {repo.lower(): agent for repo, agent in routing.repo_agents.items()}
+            ),
+            agent_choosers=frozenset(name.lower() for name in routing.agent_choosers),
+            agents=known,
             self_logins=_self_logins(github_bot_login),
             self_app_ids=frozenset({github_app_id} if github_app_id is not None else ()),
             max_ci_fixes=routing.max_ci_fixes,
@@ -128,6 +149,27 @@ class RoutingPolicy:
                 return repo
             case _:
                 assert_never(thread)
+
+    def agent_for(self, thread: ThreadRef | None, who: Iterable[str], text: str) -> AgentChoice:
+        """The agent a new request runs as, and its text without an ``agent=<name>`` that
+        was honoured. ``who`` are the author's id and name. Only a chooser may name an agent,
+        and only a configured one; anyone else's ``agent=`` stays in the text as words."""
+        named = _AGENT_WORD.search(text)
+        if named is not None and self._may_choose(who) and named["name"] in self.agents:
+            rest = f"{text[: named.start()].rstrip()} {text[named.end() :].lstrip()}"
+            return AgentChoice(named["name"], rest.strip())
+        return AgentChoice(self._configured_agent(thread), text)
+
+    def _configured_agent(self, thread: ThreadRef | None) -> str:
+        if isinstance(thread, SlackThread) and thread.channel in self.channel_agents:
+            return self.channel_agents[thread.channel]
+        repo = self.repo_for(thread)
+        if repo is None:
+            return self.default_agent
+        return self.repo_agents.get(repo.lower(), self.default_agent)
+
+    def _may_choose(self, who: Iterable[str]) -> bool:
+        return any(name.lower() in self.agent_choosers for name in who if name)
 
     def _bot_allowed(self, actor: Actor) -> bool:
         return actor.name.lower() in self.allowed_bots or actor.id.lower() in self.allowed_bots

@@ -175,10 +175,11 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         return _forced_new(signal, forced, active, policy)
     if active is not None and joins:
         return Append(active, key=signal.dedupe_key)
+    choice = policy.agent_for(signal.thread_ref, _who(signal), signal.text)
     return NewTask(
         objective_key=signal.objective_key,
-        message=signal.text,
-        agent=policy.default_agent,
+        message=choice.message,
+        agent=choice.agent,
         follows=view.latest_task,
     )
 
@@ -191,7 +192,8 @@ def _forced_new(
     objective = signal.objective_key
     if active is not None:
         objective = f"{objective}+{signal.dedupe_key}"
-    return NewTask(objective_key=objective, message=message, agent=policy.default_agent)
+    choice = policy.agent_for(signal.thread_ref, _who(signal), message)
+    return NewTask(objective_key=objective, message=choice.message, agent=choice.agent)
 
 
 def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:
@@ -201,6 +203,10 @@ def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:
     same = origin is not None and signal.thread_ref.root == origin.root
     in_own_thread = signal.kind in _REPLY_KINDS and same
     return policy.join_thread_replies and in_own_thread
+
+
+def _who(signal: Signal) -> tuple[str, str]:
+    return (signal.actor.id, signal.actor.name)
 
 
 def is_answer(signal: Signal) -> bool:
@@ -230,6 +236,6 @@ def _linked_check(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> R
     return NewTask(
         objective_key=signal.objective_key,
         message=signal.text,
-        agent=policy.default_agent,
+        agent=policy.agent_for(signal.thread_ref, _who(signal), "").agent,
         follows=view.latest_task,
     )

@@ -177,6 +177,23 @@ class AgentLimits(ConfigSection):
     max_tokens: int | None = Field(default=None, ge=1)
     max_cost_usd: float | None = Field(default=None, gt=0)
     budget_answer_s: float = Field(default=86_400, gt=0)
+    # Read from a tree's root task's agent: how many tasks delegation may make in all (the
+    # root included), and what the whole tree may spend before each of its tasks ends at
+    # the limit (a tree's budget does not ask).
+    max_tree_tasks: int = Field(default=20, ge=1)
+    max_tree_tokens: int | None = Field(default=None, ge=1)
+    max_tree_cost_usd: float | None = Field(default=None, gt=0)
+
+
+# Limits a child's agent may not exceed its parent's in: a larger one would widen authority.
+_BOUNDED_LIMITS = (
+    "max_turns",
+    "max_tool_calls",
+    "max_wall_seconds",
+    "max_delegation_depth",
+    "max_tokens",
+    "max_cost_usd",
+)
 
 
 def _has_text_placeholder(template: str) -> str:
@@ -208,6 +225,26 @@ class AgentConfig(ConfigSection):
         if unknown:
             raise ValueError(f"{', '.join(unknown)} is not one of the agent's tools")
         return names
+
+
+def authority_beyond(parent: AgentConfig, child: AgentConfig) -> list[str]:
+    """What ``child`` may do that ``parent`` may not: tools, network, protected push, a call
+    the parent must have approved, or a larger limit. Empty when the child is no wider."""
+    found = [f"tool {name}" for name in child.tools if name not in parent.tools]
+    if child.allow_network and not parent.allow_network:
+        found.append("network")
+    if child.allow_protected_push and not parent.allow_protected_push:
+        found.append("push to protected branches")
+    found += [
+        f"{name} without approval"
+        for name in parent.require_approval
+        if name in child.tools and name not in child.require_approval
+    ]
+    for name in _BOUNDED_LIMITS:
+        mine, theirs = getattr(parent.limits, name), getattr(child.limits, name)
+        if mine is not None and (theirs is None or theirs > mine):
+            found.append(f"{name} {theirs if theirs is not None else 'unlimited'} > {mine}")
+    return found
 
 
 def _default_agent_when_empty(agents: dict[str, AgentConfig]) -> dict[str, AgentConfig]:

@@ -29,6 +29,10 @@ class Permanent(KeelError):
     """A failure that repeating will not fix (bad credentials, invalid request, policy)."""
 
 
+class UnknownAgent(Permanent):
+    """A task names an agent the configuration does not define."""
+
+
 class ConfigError(Permanent):
     """The configuration is invalid; the message names the offending key."""
 

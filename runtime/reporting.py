@@ -17,6 +17,7 @@ from runtime.clock import Clock
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reply import Reply, to_markdown
 from runtime.store import ledger, outbox, tool_calls, usage
+from runtime.store import tasks as store_tasks
 from runtime.store.engine import Transaction
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.tool_calls import ToolCallRecord
@@ -128,13 +129,14 @@ class ThreadReporter:
         calls = tool_calls.all_calls(session, task.task_id)
         uncertain = [c.name for c in calls if c.outcome == "interrupted"]
         spent = usage.tree_totals(session, task.root_id)
+        tasks = store_tasks.tree_size(session, task.root_id)
         body = completion_text(
             result,
             evidence,
             uncertain,
             refused=refused_writes(calls),
             link=self.policy.task_link(task.task_id),
-            spend=spend_line(spent) if spent.calls else None,
+            spend=spend_line(spent, tasks) if spent.calls else None,
         )
         now = self.clock.now()
         outbox.enqueue_post(
@@ -163,10 +165,12 @@ def _done_label(result: TaskResult) -> str:
     }.get(result.status, result.status.value)
 
 
-def spend_line(totals: UsageTotals) -> str:
-    """"12.4k tokens · $0.03 · 6 turns": what the task's tree spent on its model."""
+def spend_line(totals: UsageTotals, tasks: int = 1) -> str:
+    """"12.4k tokens · $0.03 · 6 turns": what the task's tree spent on its model; with
+    "· 3 tasks" when delegation made the tree larger than the task."""
     turns = f"{totals.turns} turn{'' if totals.turns == 1 else 's'}"
-    return f"{_tokens(totals.total_tokens)} tokens · ${totals.cost_usd:.2f} · {turns}"
+    line = f"{_tokens(totals.total_tokens)} tokens · ${totals.cost_usd:.2f} · {turns}"
+    return f"{line} · {tasks} tasks" if tasks > 1 else line
 
 
 def _tokens(n: int) -> str:

@@ -41,6 +41,13 @@ class Scheduled:
 
 
 @dataclass(frozen=True, slots=True)
+class TreeFull:
+    """A child was refused: its tree already holds ``size`` tasks, the cap."""
+
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     task: Task
     lease: Lease
@@ -130,6 +137,36 @@ class Scheduler:
         task = q.insert_task(session, new_task_id(), spec, parent, now)
         self._notify_in(session)
         return Scheduled(task, created=True)
+
+    async def schedule_child(self, spec: TaskSpec, *, max_tree_tasks: int) -> Scheduled | TreeFull:
+        """A child task, unless its tree already holds ``max_tree_tasks`` tasks (a resident
+        root's tree: those made in its current activation). The child made before under the
+        same key is returned whatever the tree's size."""
+        try:
+            outcome = await self.db.run(lambda s: self._schedule_child(s, spec, max_tree_tasks))
+        except UniqueViolation:
+            outcome = await self.db.run(lambda s: self._schedule_child(s, spec, max_tree_tasks))
+        if isinstance(outcome, Scheduled) and outcome.created:
+            self.wake()
+        return outcome
+
+    def _schedule_child(
+        self, session: Transaction, spec: TaskSpec, max_tree_tasks: int
+    ) -> Scheduled | TreeFull:
+        assert spec.parent_id is not None and spec.child_key is not None
+        parent = q.get_task(session, spec.parent_id)
+        if parent is None:
+            raise ValueError(f"parent task {spec.parent_id} does not exist")
+        # The root's row lock makes count-then-insert hold across the whole tree: siblings
+        # in other branches lock it too (top-down, as a stop does).
+        q.lock_task_row(session, parent.root_id)
+        existing = q.find_child(session, parent.task_id, spec.child_key)
+        if existing is not None:
+            return Scheduled(q.to_task(existing), created=False)
+        size = q.tree_size(session, parent.root_id, since=_activation_of(session, parent.root_id))
+        if size >= max_tree_tasks:
+            return TreeFull(size)
+        return self.schedule_in(session, spec)
 
     # -- claims and leases ----------------------------------------------------------------
 
@@ -394,3 +431,10 @@ def _not_leased(session: Transaction, task_id: str) -> str:
     if execution.phase == "done":
         return "execution already done"
     return "another worker holds the lease"
+
+
+def _activation_of(session: Transaction, root_id: str) -> datetime | None:
+    """When a resident root's current activation began; None for any other root."""
+    run = executions.load_run(session, root_id)
+    activation = run.state.activation if run is not None else None
+    return activation.since if activation is not None else None

@@ -90,7 +90,13 @@ async def until(predicate: Callable[[], Awaitable[object]], timeout: float = 30)
             await asyncio.sleep(0.05)
 
 
-def default_tools(folder: Path, scheduler: Scheduler, db: Database) -> dict[str, Tool]:
+def default_tools(
+    folder: Path,
+    scheduler: Scheduler,
+    db: Database,
+    agents: Mapping[str, AgentConfig] | None = None,
+) -> dict[str, Tool]:
+    """``agents``: what ``delegate`` reads at each call (filled in by the caller later)."""
     found: list[Tool] = [
         test_tools.Lookup(folder / "lookups.log"),
         test_tools.CreateThing(folder / "effects.log"),
@@ -99,7 +105,7 @@ def default_tools(folder: Path, scheduler: Scheduler, db: Database) -> dict[str,
         test_tools.Sleep(folder),
         test_tools.Explode(),
         test_tools.Blob(),
-        Delegate(scheduler),
+        Delegate(scheduler, agents if agents is not None else {}),
         WaitForTask(scheduler),
         PostUpdate(db, scheduler),
     ]
@@ -123,13 +129,15 @@ def build_stack(
     clock = clock or SystemClock()
     scheduler = Scheduler(db, lease_seconds=lease_seconds, clock=clock)
     provider = script if not isinstance(script, Mapping) else ScriptedProvider.from_dict(script)
-    tools = default_tools(folder, scheduler, db)
+    known: dict[str, AgentConfig] = {}
+    tools = default_tools(folder, scheduler, db, known)
+    known.update(agents or {"default": agent(list(tools))})
     ctx = ExecutorContext(
         db=db,
         scheduler=scheduler,
         provider=provider,
         tools=tools,
-        agents=agents or {"default": agent(list(tools))},
+        agents=known,
         clock=clock,
         poll_interval_s=0.05,
     )
@@ -166,4 +174,4 @@ class ChildAware:
             else i
             for i in response.items
         )
-        return ModelResponse(items)
+        return ModelResponse(items, response.usage)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.tools.base import Completed, ToolContext
+from runtime.tools.base import Completed, Tool, ToolContext
 from runtime.tools.devbox import RunCommand
 from runtime.workspace.sandbox import Sandbox
 
@@ -26,7 +26,11 @@ def require_bwrap() -> None:
 
 async def run_to_end(sandbox: Sandbox, ws: Path, command: str, timeout_s: float = 60) -> Completed:
     """Run ``command`` with the devbox tool in ``ws`` and poll until it reports."""
-    tool = RunCommand(sandbox)
+    return await run_tool_to_end(RunCommand(sandbox), ws, command, timeout_s)
+
+
+async def run_tool_to_end(tool: Tool, ws: Path, command: str, timeout_s: float = 60) -> Completed:
+    """Run ``command`` with a ``run_command`` tool in ``ws`` and poll until it reports."""
     ctx = ToolContext("task-1", ws.name, f"call-{uuid.uuid4().hex}", workspace=ws)
     started = await tool.start({"command": command, "timeout_s": timeout_s}, ctx)
     assert not isinstance(started, Completed), started

@@ -130,7 +130,7 @@ def ask_text(call: ToolCallRecord, preview: str) -> str:
 
 
 async def _preview(task: Task, ctx: ExecutorContext, call: ToolCallRecord) -> str:
-    tool = ctx.tools_for(ctx.agent(task.agent)).get(call.name)
+    tool = ctx.tools_for(task.agent).get(call.name)
     if isinstance(tool, Previewable):
         workspace = await ctx.workspace_for(task)
         tool_ctx = ToolContext(task.task_id, task.root_id, call.call_id, task.depth, workspace)

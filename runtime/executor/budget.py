@@ -1,6 +1,10 @@
 """Budgets that ask: a task that has spent its ``limits.max_tokens`` or ``max_cost_usd``
 parks (``waiting``) and asks its thread, once, whether to go on.
 
+A tree's budget (``max_tree_tokens``, ``max_tree_cost_usd`` of its root's agent) does not
+ask: it bounds what delegation may spend in all, so each task of a tree that has spent it
+ends at the limit (``tree_limit``).
+
 The ask is an outbox post keyed by the task and the number of grants so far, so a
 redelivered tick or a restarted worker never asks twice for the same budget. A mailbox
 ``continue`` grants one more budget (each reply is its own mailbox item, so a redelivered
@@ -18,10 +22,11 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from runtime.config import AgentLimits
+from runtime.execution import Limit
 from runtime.executor import brief, fitting, wip
 from runtime.executor.context import ExecutorContext, Transition, Write, goto
 from runtime.reporting import stop_action
-from runtime.store import ledger, outbox, transcripts, usage
+from runtime.store import executions, ledger, outbox, transcripts, usage
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
 from runtime.store.records import MailboxMessage, Task
@@ -78,6 +83,29 @@ async def check(
 
     state = replace(run.state, budget_ask=ask)
     return goto(run, "await_budget", state=state, writes=(post,), after="wait", wake_at=until)
+
+
+async def tree_limit(task: Task, ctx: ExecutorContext) -> Limit | None:
+    """The tree budget of the task's root's agent, once the tree has spent it; a resident
+    root's tree counts from the root's current activation."""
+    root = task if task.parent_id is None else await ctx.scheduler.get(task.root_id)
+    if root is None:
+        return None
+    limits = ctx.agent(root.agent).limits
+    if limits.max_tree_tokens is None and limits.max_tree_cost_usd is None:
+        return None
+
+    def spent(session: Transaction) -> UsageTotals:
+        root_run = executions.load_run(session, task.root_id)
+        since = _activation_since(root_run) if root_run is not None else None
+        return usage.tree_totals(session, task.root_id, since=since)
+
+    totals = await ctx.db.read(spent)
+    if limits.max_tree_cost_usd is not None and totals.cost_usd >= limits.max_tree_cost_usd:
+        return Limit("max_tree_cost_usd", limits.max_tree_cost_usd)
+    if limits.max_tree_tokens is not None and totals.total_tokens >= limits.max_tree_tokens:
+        return Limit("max_tree_tokens", limits.max_tree_tokens)
+    return None
 
 
 def _activation_since(run: Run) -> datetime | None:

@@ -12,6 +12,7 @@ from typing import Generic, Literal, Protocol, TypeVar
 from runtime.brief.port import Briefing
 from runtime.clock import Clock
 from runtime.config import AgentConfig
+from runtime.errors import UnknownAgent
 from runtime.execution import Phase, RunState
 from runtime.executor.accounting import Accounting
 from runtime.executor.faults import FaultPlan
@@ -161,17 +162,33 @@ class ExecutorContext:
     )
     # How long a task waits out a model provider outage before it ends with a reply saying so.
     outage_give_up_s: float = 1800.0
+    # Tools built for one agent's settings (its network, protected push, delegation), by
+    # agent name; an agent not listed uses ``tools``.
+    agent_tools: Mapping[str, Mapping[str, Tool]] = field(default_factory=dict)
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:
         self.settler = Settler(self.db)
 
     def agent(self, name: str) -> AgentConfig:
-        return self.agents.get(name) or self.agents.get("default") or AgentConfig()
+        """The task's own agent. One that is not configured (the configuration changed
+        under a task) fails the task rather than run it with settings nobody wrote."""
+        found = self.agents.get(name)
+        if found is None:
+            known = ", ".join(self.agents) or "none"
+            raise UnknownAgent(f"agent {name!r} is not configured (agents: {known})")
+        return found
 
-    def idle_lifetime_s(self, agent_name: str) -> float | None:
-        """How long a resident agent's task may wait for input; None if it is not resident."""
-        return self.resident.get(agent_name)
+    def idle_lifetime_s(self, task: Task) -> float | None:
+        """How long a resident agent's task may wait for input; None if it is not resident.
+        A child of a daemon runs as the daemon's agent (its deny and limits bind it) but
+        ends at its answer: only the root of a tree is resident."""
+        if task.parent_id is not None:
+            return None
+        return self.resident.get(task.agent)
 
-    def tools_for(self, agent: AgentConfig) -> dict[str, Tool]:
-        return {name: tool for name, tool in self.tools.items() if name in agent.tools}
+    def tools_for(self, agent_name: str) -> dict[str, Tool]:
+        """The tools of the task's agent, built with that agent's settings."""
+        allowed = self.agent(agent_name).tools
+        built = self.agent_tools.get(agent_name, self.tools)
+        return {name: tool for name, tool in built.items() if name in allowed}

@@ -172,7 +172,7 @@ def _children_running(child_ids: list[str]) -> Any:
 
 
 def _tool_of(ctx: ExecutorContext, task: Task, name: str) -> Tool | None:
-    return ctx.tools_for(ctx.agent(task.agent)).get(name)
+    return ctx.tools_for(task.agent).get(name)
 
 
 async def _tool_context(ctx: ExecutorContext, task: Task, call: ToolCallRecord) -> ToolContext:

@@ -47,6 +47,9 @@ async def load_context(
 ) -> Transition[Literal["check_scheduler"]]:
     agent = ctx.agent(task.agent)
     sections = [agent.instructions]
+    if task.parent_id is not None and task.agent in ctx.resident:
+        # A daemon's child runs as the role, whose instructions speak of waiting for events.
+        sections.append(_ROLE_CHILD)
     for source in ctx.context_sources:
         sections.extend(await source.sections(task))
     sections.append(await _earlier_work(task, ctx))
@@ -60,6 +63,12 @@ async def load_context(
 
     state = replace(run.state, system="\n\n".join(s for s in sections if s))
     return goto(run, "check_scheduler", state=state, writes=(write,))
+
+
+_ROLE_CHILD = (
+    "This task is a child the role delegated: it does not wait for events. Do its goal, "
+    "give a final answer, and it ends."
+)
 
 
 async def _earlier_work(task: Task, ctx: ExecutorContext) -> str:
@@ -110,8 +119,11 @@ async def call_model(
     parked = await budget.check(run, task, ctx)
     if parked is not None:
         return parked
+    spent = await budget.tree_limit(task, ctx)
+    if spent is not None:
+        return limit_reached(run, spent.name, spent.value)
     agent = ctx.agent(task.agent)
-    tools = ctx.tools_for(agent)
+    tools = ctx.tools_for(task.agent)
     entries = await transcript_of(run, ctx)
     system = run.state.system or ""
     specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values())
@@ -207,7 +219,7 @@ async def report_terminal(
         # Input arrived after the last check: the answer did not see it, so ask again.
         return goto(run, "check_scheduler", turn=run.turn + 1)
     entries = await transcript_of(run, ctx)
-    lifetime = ctx.idle_lifetime_s(task.agent)
+    lifetime = ctx.idle_lifetime_s(task)
     if lifetime is not None:
         return _park(run, ctx, tx.final_text(entries, run.turn), lifetime)
     calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))

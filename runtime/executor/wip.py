@@ -33,7 +33,7 @@ class Saved:
 
 async def save_work(task: Task, ctx: ExecutorContext, grants: int) -> Saved | None:
     """Commit and push uncommitted work; None when there is nothing to save or no way to."""
-    tools = ctx.tools_for(ctx.agent(task.agent))
+    tools = ctx.tools_for(task.agent)
     commit, push = tools.get("git_commit"), tools.get("git_push")
     if commit is None or push is None:
         return None

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Integer, Table, bindparam, select, update
+from sqlalchemy import Integer, Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from runtime.errors import StaleWrite
@@ -244,6 +244,15 @@ def get_task(session: Session, task_id: str) -> TaskRow | None:
 def find_child(session: Session, parent_id: str, child_key: str) -> TaskRow | None:
     query = select(TaskRow).where(TaskRow.parent_id == parent_id, TaskRow.child_key == child_key)
     return session.scalars(query).first()
+
+
+def tree_size(session: Session, root_id: str, *, since: datetime | None = None) -> int:
+    """How many tasks a tree holds, its root included, whatever their status; with
+    ``since``, the root and the tasks created from then on."""
+    query = select(func.count()).select_from(TaskRow).where(TaskRow.root_id == root_id)
+    if since is not None:
+        query = query.where((TaskRow.created_at >= since) | (TaskRow.task_id == root_id))
+    return int(session.scalar(query) or 0)
 
 
 _INSERT_TASK = Prepared(

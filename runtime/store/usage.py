@@ -108,8 +108,12 @@ def task_totals(session: Session, task_id: str, *, since: datetime | None = None
     return _totals(tuple(row) if row is not None else None)
 
 
-def tree_totals(session: Session, root_id: str) -> UsageTotals:
-    row = session.execute(select(*_SUMS).where(ModelCallRow.root_id == root_id)).first()
+def tree_totals(session: Session, root_id: str, *, since: datetime | None = None) -> UsageTotals:
+    """Every call of the tree; with ``since``, only those recorded from then on."""
+    query = select(*_SUMS).where(ModelCallRow.root_id == root_id)
+    if since is not None:
+        query = query.where(ModelCallRow.created_at >= since)
+    row = session.execute(query).first()
     return _totals(tuple(row) if row is not None else None)
 
 

@@ -9,6 +9,7 @@ database handle, scheduler, router and worker on the same database.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import IngestResult, Router
 from routing.policy import RoutingPolicy
 from runtime.clock import SystemClock
+from runtime.config import AgentConfig
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
 from runtime.models.base import ModelRequest, ModelResponse, ToolResultItem, UserText
@@ -112,15 +114,17 @@ class Keel:
             RoutingConfig(), self.daemons, github_bot_login=US.bot_login, github_app_id=US.app_id
         )
         self.router = Router(scheduler, self.db, policy, retry_delays=(0,))
-        tools = default_tools(self.folder, scheduler, self.db)
+        known: dict[str, AgentConfig] = {}
+        tools = default_tools(self.folder, scheduler, self.db, known)
         tools["git_push"] = test_tools.CreateThing(self.folder / "pushes.log", name="git_push")
         agents = {"fixer": agent(list(tools), max_turns=10)}
+        known.update({**agents, **daemon_agents(policy.daemons, agents, tools)})
         ctx = ExecutorContext(
             db=self.db,
             scheduler=scheduler,
             provider=self.provider,
             tools=tools,
-            agents={**agents, **daemon_agents(policy.daemons, agents, tools)},
+            agents=known,
             resident=daemon_residency(policy.daemons, self.daemons.idle_lifetime_s),
             clock=SystemClock(),
             poll_interval_s=0.05,
@@ -398,3 +402,39 @@ def _texts(request: ModelRequest) -> list[str]:
             found.append(item.output)
     return found
 
+
+
+async def test_daemon_tree_cap_counts_per_event_when_each_event_delegates(
+    db_url: str, tmp_path: Path
+) -> None:
+    """``max_tree_tasks`` bounds what one event may make: a resident role's long-lived task
+    is not refused delegation forever once its events together reached the cap."""
+    script = {
+        "scripts": [
+            {"match": "Goal: diagnose", "turns": [{"say": "diagnosed"}]},
+            {
+                "turns": [
+                    {"tool_calls": [_call("delegate", goal="diagnose the lint")]},
+                    {"say": "handed on"},
+                    {"expect_seen": [UNIT], "tool_calls": [_call("delegate", goal="diagnose")]},
+                    {"say": "handed on again"},
+                ]
+            },
+        ]
+    }
+    daemons = role(role={"limits": {"max_tree_tasks": 2}})
+    async with keel(db_url, tmp_path, daemons, script) as k:
+        first_id = await k.first_parked()
+        await k.event("unit-tests", 1002, "d-unit")
+        await k.parked(first_id, events=2)
+        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))
+        outputs = [str((c.result or {}).get("output", "")) for c in calls if c.name == "delegate"]
+        assert len(outputs) == 2
+        assert all(json.loads(out)["agent"] == "daemon:ci-doctor" for out in outputs), outputs
+        # Children of a resident role end at their answer rather than wait for events.
+        for out in outputs:
+            child = await k.finished(json.loads(out)["task_id"])
+            assert child.status is TaskStatus.succeeded
+    # The children run as the role, told that they end at their answer.
+    children = [r for r in k.provider.requests if any("Goal: diagnose" in t for t in _texts(r))]
+    assert children and all("does not wait for events" in r.system for r in children)

@@ -233,9 +233,9 @@ async def test_delegation_depth_limit_is_reported_to_model_when_exceeded(
             }
         ]
     }
-    stack = build_stack(db_url, tmp_path, script)
-    stack.ctx.tools["delegate"].max_depth = 0  # type: ignore[attr-defined]
-    task = (await stack.scheduler.schedule(make_spec())).task
+    lead = agent(["delegate"], max_delegation_depth=0)
+    stack = build_stack(db_url, tmp_path, script, agents={"lead": lead, "default": agent([])})
+    task = (await stack.scheduler.schedule(make_spec(agent="lead"))).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
 

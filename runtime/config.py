@@ -307,6 +307,9 @@ class ReportingConfig(ConfigSection):
     ack_emoji: str = "eyes"
     progress: bool = True
     progress_min_interval_s: float = Field(default=3, ge=0)
+    # How long a post its thread keeps refusing (rate limits, outages) is retried before it
+    # goes to the fallback; counted from when it was queued, across restarts.
+    deliver_for_s: float = Field(default=3600, gt=0)
     fallback: FallbackConfig | None = None
 
     def describe(self, source: SourceOf) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, bindparam, null, or_, select, update
+from sqlalchemy import Table, bindparam, func, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from runtime.store.inserts import insert_ignoring, parameters
@@ -28,11 +28,18 @@ class OutboxPost:
     action: str  # post | react
     body: str
     actions: tuple[Action, ...]  # buttons shown with the post
-    state: str  # pending | sending | landed | stale | failed
+    state: str  # pending | sending | landed | stale | undelivered
     attempts: int
     landed_on: str | None
     landed_at: datetime | None
     last_error: str | None
+    created_at: datetime
+
+    def deliver_by(self, deliver_for_s: float) -> datetime:
+        """When retrying stops: ``deliver_for_s`` after the post was queued, or, for an edit,
+        after its previous text landed. Both are stored, so the time holds across restarts."""
+        since = self.landed_at if self.state == "stale" and self.landed_at else self.created_at
+        return since + timedelta(seconds=deliver_for_s)
 
 
 def _to_post(row: OutboxRow) -> OutboxPost:
@@ -51,6 +58,7 @@ def _to_post(row: OutboxRow) -> OutboxPost:
         row.landed_on,
         row.landed_at,
         row.last_error,
+        row.created_at,
     )
 
 
@@ -117,6 +125,7 @@ _POST_COLUMNS = [
     for name in (
         "id", "task_id", "purpose", "surface", "thread_ref", "idempotency_key", "action",
         "body", "actions", "state", "attempts", "landed_on", "landed_at", "last_error",
+        "created_at",
     )
 ]
 # The outbox asks this every round (and after every commit that queued a post).
@@ -207,3 +216,9 @@ def _forget(session: Session, outbox_id: int) -> None:
 def posts_of_task(session: Session, task_id: str) -> list[OutboxPost]:
     query = select(OutboxRow).where(OutboxRow.task_id == task_id).order_by(OutboxRow.outbox_id)
     return [_to_post(r) for r in session.scalars(query)]
+
+
+def count_undelivered(session: Session) -> int:
+    """Posts the outbox gave up on (origin and fallback both refused them)."""
+    query = select(func.count()).select_from(_OUTBOX).where(_OUTBOX.c.state == "undelivered")
+    return int(session.scalar(query) or 0)

@@ -1,0 +1,134 @@
+"""The answer always lands: a refused post is retried for ``deliver_for_s`` (across restarts),
+then goes to the fallback, else shows as undelivered."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from fastapi import FastAPI, Request
+
+from adapters.emulators.server import serve
+from adapters.web.metrics import build_metrics
+from adapters.web.ui import build_ui
+from runtime.clock import ManualClock
+from runtime.errors import Retryable
+from runtime.outbox import OutboxDispatcher
+from runtime.scheduler import Scheduler
+from runtime.store import outbox
+from runtime.store.engine import Database
+from runtime.store.outbox import OutboxPost
+from runtime.store.records import Task
+from runtime.threads import GitHubIssue, ThreadRef
+from tests.factories import make_spec
+from tests.integration.test_outbox import ORIGIN, FakeSurface
+
+ROOT = Path(__file__).resolve().parents[2]
+CHANNEL = "C0KEELGEN1"
+
+
+async def _task(db: Database, clock: ManualClock, origin: ThreadRef = ORIGIN) -> Task:
+    scheduler = Scheduler(db, clock=clock)
+    spec = make_spec(origin_thread_ref=origin, objective_key=str(origin))
+    return (await scheduler.schedule(spec)).task
+
+
+def _queue(db: Database, task_id: str, clock: ManualClock, key: str = "k") -> None:
+    db.run_sync(
+        lambda s: outbox.enqueue_post(
+            s, task_id=task_id, purpose="completion", thread=ORIGIN, key=key, action="post",
+            body="the result", now=clock.now(),
+        )
+    )
+
+
+async def _rounds(dispatcher: OutboxDispatcher, clock: ManualClock, seconds: float) -> None:
+    """Run the outbox once a second of fake time for ``seconds``."""
+    for _ in range(int(seconds)):
+        await dispatcher.run_once()
+        clock.advance(1)
+
+
+def _posts(db: Database, task_id: str) -> list[OutboxPost]:
+    return db.run_sync(lambda s: outbox.posts_of_task(s, task_id))
+
+
+async def test_a_refused_post_is_retried_until_deliver_for_s_then_goes_to_the_fallback(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    origin = FakeSurface(fail_with=Retryable("Slack ratelimited (HTTP 429)"))
+    fallback = FakeSurface(name="github")
+    dispatcher = OutboxDispatcher(
+        database, {"slack": origin, "github": fallback}, clock,
+        deliver_for_s=600, fallback=GitHubIssue("acme/ops", 1),
+    )
+    task = await _task(database, clock)
+    _queue(database, task.task_id, clock)
+    await _rounds(dispatcher, clock, 599)
+    [row] = _posts(database, task.task_id)
+    assert fallback.posts == [] and row.state == "sending"
+    assert 8 < row.attempts < 20  # backoff: far fewer tries than seconds, more than 8
+    await _rounds(dispatcher, clock, 2)
+    [(thread, text, _)] = fallback.posts
+    assert thread == GitHubIssue("acme/ops", 1)
+    assert text.startswith(f"(Could not post in {ORIGIN}: still failing after 600 s and ")
+    assert "Slack ratelimited (HTTP 429)" in text and text.endswith("the result")
+    [row] = _posts(database, task.task_id)
+    assert row.state == "landed" and (row.landed_on or "").startswith("fallback:github:")
+
+
+async def test_time_to_deliver_counts_from_queueing_when_the_outbox_restarts(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    refusing = FakeSurface(fail_with=Retryable("Slack internal_error (HTTP 500)"))
+    task = await _task(database, clock)
+    _queue(database, task.task_id, clock)
+    await OutboxDispatcher(database, {"slack": refusing}, clock, deliver_for_s=600).run_once()
+    clock.advance(3600)  # Keel is down for an hour; a new process starts its outbox
+    restarted = OutboxDispatcher(database, {"slack": refusing}, clock, deliver_for_s=600)
+    await restarted.run_once()
+    [row] = _posts(database, task.task_id)
+    assert row.state == "undelivered" and row.attempts == 2
+    assert "still failing after 600 s and 2 attempts" in (row.last_error or "")
+
+
+async def test_an_undelivered_post_shows_in_the_cli_the_ui_and_metrics(
+    db_url: str, tmp_path: Path
+) -> None:
+    database = Database.from_url(db_url)
+    clock = ManualClock()
+    refusing = FakeSurface(fail_with=Retryable("Slack ratelimited (HTTP 429)"))
+    dispatcher = OutboxDispatcher(database, {"slack": refusing}, clock, deliver_for_s=30)
+    task = await _task(database, clock)
+    _queue(database, task.task_id, clock)
+    await _rounds(dispatcher, clock, 40)
+    assert [p.state for p in _posts(database, task.task_id)] == ["undelivered"]
+
+    shown = subprocess.run(
+        [sys.executable, "-c", "from adapters.cli import main; main()",
+         "tasks", "show", task.task_id],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "KEEL_DATABASE_URL": db_url},
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"completion: UNDELIVERED to {ORIGIN}" in shown.stdout
+    assert "still failing after 30 s" in shown.stdout
+
+    async def anyone(request: Request) -> None:
+        return None
+
+    app = FastAPI()
+    app.include_router(build_ui(database, auth=anyone))
+    app.include_router(build_metrics(database))
+    with serve(app) as running:
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            page = (await http.get(f"/ui/tasks/{task.task_id}")).text
+            scraped = (await http.get("/metrics")).text
+    assert "1 undelivered" in page and 'data-state="undelivered"' in page
+    assert "keel_outbox_undelivered 1.0" in scraped
+    database.close()

@@ -2,7 +2,8 @@
 
 A row is marked ``sending`` (committed) before the surface is called. A row found ``sending``
 later may have landed without us hearing back, so the surface is asked for a post carrying
-its key before anything is sent again. Progress edits are rate-limited per message.
+its key before anything is sent again. Progress edits are rate-limited per message, and the
+posts of one task land in its thread in the order they were queued (``store.outbox``).
 A post the origin keeps refusing as retryable is tried again with backoff for
 ``deliver_for_s`` (from when it was queued: stored, so across restarts). If the origin refuses
 it for good, or that time runs out, the post goes to the fallback thread, and where it landed

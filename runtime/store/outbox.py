@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, bindparam, func, null, or_, select, update
+from sqlalchemy import Table, bindparam, exists, func, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from runtime.store.inserts import insert_ignoring, parameters
@@ -128,6 +128,22 @@ _POST_COLUMNS = [
         "created_at",
     )
 ]
+# Posts of one task land in its thread in the order they were queued: a message waits while
+# an earlier one of the same task and thread is unsent or has an edit to make, so a retried
+# progress message (or its last edit) never lands after the completion reply. Reactions
+# neither wait nor hold others up.
+_EARLIER = _OUTBOX.alias("earlier")
+_WAITS = exists().where(
+    _EARLIER.c.task_id == _OUTBOX.c.task_id,
+    _EARLIER.c.thread_ref == _OUTBOX.c.thread_ref,
+    _EARLIER.c.id < _OUTBOX.c.id,
+    _EARLIER.c.action == "post",
+    or_(
+        _EARLIER.c.state == "pending",
+        _EARLIER.c.state == "sending",
+        _EARLIER.c.state == "stale",
+    ),
+)
 # The outbox asks this every round (and after every commit that queued a post).
 _DUE = Prepared(
     select(*_POST_COLUMNS)
@@ -139,6 +155,7 @@ _DUE = Prepared(
             & (_OUTBOX.c.landed_at <= bindparam("b_edit_before", type_=UtcDateTime)),
         ),
         _OUTBOX.c.next_attempt_at <= bindparam("b_now", type_=UtcDateTime),
+        or_(_OUTBOX.c.action != "post", ~_WAITS),
     )
     .order_by(_OUTBOX.c.id)
     .limit(bindparam("b_limit"))

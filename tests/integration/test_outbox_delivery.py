@@ -1,28 +1,35 @@
 """The answer always lands: a refused post is retried for ``deliver_for_s`` (across restarts),
-then goes to the fallback, else shows as undelivered."""
+then goes to the fallback, else shows as undelivered; a task's posts land in order."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from fastapi import FastAPI, Request
 
+from adapters.config import SlackConfig
 from adapters.emulators.server import serve
+from adapters.emulators.slack import SlackState, create_slack_app
+from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
 from runtime.clock import ManualClock
 from runtime.errors import Retryable
 from runtime.outbox import OutboxDispatcher
+from runtime.reporting import ThreadReporter
 from runtime.scheduler import Scheduler
 from runtime.store import outbox
 from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
-from runtime.store.records import Task
-from runtime.threads import GitHubIssue, ThreadRef
+from runtime.store.records import Task, TaskResult, TaskStatus
+from runtime.surfaces import Action
+from runtime.threads import GitHubIssue, SlackThread, ThreadRef
 from tests.factories import make_spec
 from tests.integration.test_outbox import ORIGIN, FakeSurface
 
@@ -132,3 +139,108 @@ async def test_an_undelivered_post_shows_in_the_cli_the_ui_and_metrics(
     assert "1 undelivered" in page and 'data-state="undelivered"' in page
     assert "keel_outbox_undelivered 1.0" in scraped
     database.close()
+
+
+@dataclass
+class _Flaky(FakeSurface):
+    """Refuses progress messages and edits (retryably) while ``refuse`` (edits also while
+    ``refuse_edits``); takes anything else."""
+
+    refuse: bool = True
+    refuse_edits: bool = False
+
+    async def post(
+        self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> ThreadRef:
+        if self.refuse and key.endswith(":progress"):
+            raise Retryable("Slack ratelimited (HTTP 429)", retry_after_s=5)
+        return await super().post(thread, text, key=key, actions=actions)
+
+    async def update(
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
+        if self.refuse or self.refuse_edits:
+            raise Retryable("Slack ratelimited (HTTP 429)", retry_after_s=5)
+        await super().update(posted, text, actions=actions)
+
+
+async def test_progress_and_its_last_edit_land_before_the_completion_when_posts_were_retried(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    surface = _Flaky()
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock)
+    task = await _task(database, clock)
+    reporter = ThreadReporter(clock)
+    database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
+    await _rounds(dispatcher, clock, 10)  # the progress message is refused
+    result = TaskResult(TaskStatus.succeeded, "fixed")
+    database.run_sync(lambda s: reporter.on_finished(s, task, result))
+    await _rounds(dispatcher, clock, 30)
+    assert surface.posts == []  # the completion waited behind the progress message
+    surface.refuse = False
+    await _rounds(dispatcher, clock, 30)
+    assert [text[:1] for _, text, _ in surface.posts] == ["⏳", "✅"]
+    # The progress message landed with its last text already, or was edited before the reply.
+    assert "finished" in surface.posts[0][1] or surface.updates
+    assert all(p.state == "landed" for p in _posts(database, task.task_id))
+
+
+async def test_the_progress_edit_lands_before_the_completion_when_the_edit_is_refused(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    surface = _Flaky(refuse=False)
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock)
+    task = await _task(database, clock)
+    reporter = ThreadReporter(clock)
+    database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
+    await _rounds(dispatcher, clock, 5)
+    surface.refuse_edits = True
+    result = TaskResult(TaskStatus.succeeded, "fixed")
+    database.run_sync(lambda s: reporter.on_finished(s, task, result))
+    await _rounds(dispatcher, clock, 60)
+    assert [text[:1] for _, text, _ in surface.posts] == ["⏳"]  # the reply waits
+    surface.refuse_edits = False
+    await _rounds(dispatcher, clock, 15)
+    assert [text[:1] for _, text, _ in surface.posts] == ["⏳", "✅"]
+    [(_, edited)] = surface.updates
+    assert "finished" in edited
+
+
+async def test_reply_lands_once_after_progress_when_slack_answers_429_for_two_minutes(
+    database: Database,
+) -> None:
+    slack = SlackState()
+    root_ts = slack.seed_message(CHANNEL, "<@U0KEELBOT1> fix the build", user="U1")
+    origin = SlackThread(slack.team_id, CHANNEL, root_ts)
+    with serve(create_slack_app(slack)) as running:
+        config = SlackConfig(
+            bot_token="xoxb-keel-emulated", signing_secret="unused",
+            api_url=running.url + "/api/",
+        )
+        client = slack_client(config, timeout_s=5)
+        surface = SlackSurface.single(client, await fetch_slack_identity(client))
+        clock = ManualClock()
+        dispatcher = OutboxDispatcher(database, {"slack": surface}, clock)
+        task = await _task(database, clock, origin)
+        reporter = ThreadReporter(clock)
+        slack.inject("*", "429", times=10_000, retry_after=5)
+        before = len(slack.requests)
+        database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
+        database.run_sync(
+            lambda s: reporter.on_finished(s, task, TaskResult(TaskStatus.succeeded, "fixed"))
+        )
+        await _rounds(dispatcher, clock, 120)
+        refused = len(slack.requests) - before
+        for fault in slack.fault_plan.faults:
+            fault.remaining = 0  # Slack answers 200 again
+        await _rounds(dispatcher, clock, 30)
+    assert 10 < refused < 40  # retried all along, as Retry-After asked
+    replies = [m for m in slack.thread(CHANNEL, root_ts) if m.bot_id]
+    assert [m.text[:1] for m in replies] == ["⏳", "✅"], [m.text for m in replies]
+    assert "finished" in replies[0].text  # the progress message's last edit landed too
+    posts = {p.purpose: p for p in _posts(database, task.task_id)}
+    assert posts["completion"].state == posts["progress"].state == "landed"
+    assert posts["completion"].landed_on == str(origin.message(replies[1].ts))
+    assert posts["completion"].attempts == 1  # held back in order, then sent once

@@ -269,7 +269,7 @@ class Keel:
             self.clock,
             edit_interval_s=cfg.reporting.progress_min_interval_s,
             deliver_for_s=cfg.reporting.deliver_for_s,
-            fallback=fallback.thread if fallback else None,
+            fallback=fallback.target if fallback else None,
             notifier=self.scheduler.notifier,
             on_failure=self.metrics.count_outbox_failure,
         )

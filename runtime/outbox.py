@@ -6,7 +6,8 @@ its key before anything is sent again. Progress edits are rate-limited per messa
 posts of one task land in its thread in the order they were queued (``store.outbox``).
 A post the origin keeps refusing as retryable is tried again with backoff for
 ``deliver_for_s`` (from when it was queued: stored, so across restarts). If the origin refuses
-it for good, or that time runs out, the post goes to the fallback thread, and where it landed
+it for good, or that time runs out, the post goes to the fallback: a thread, or a Slack
+channel where a task's first post starts a thread and its others go in it. Where it landed
 is recorded (``runtime.threads.Landed``); one that cannot land there either is
 ``undelivered``, which the task's views and ``keel_outbox_undelivered`` show. Rows keep their
 references as text; each is read back here, per post, so one unreadable row fails alone
@@ -26,8 +27,16 @@ from runtime.notifier import Notifier
 from runtime.store import outbox
 from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
-from runtime.surfaces import Surface
-from runtime.threads import BadThreadRef, Landed, ThreadRef, parse_landed, parse_thread
+from runtime.surfaces import ChannelSurface, Surface
+from runtime.threads import (
+    BadThreadRef,
+    Fallback,
+    Landed,
+    SlackChannel,
+    ThreadRef,
+    parse_landed,
+    parse_thread,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +52,7 @@ class OutboxDispatcher:
         clock: Clock,
         *,
         edit_interval_s: float = 3.0,
-        fallback: ThreadRef | None = None,
+        fallback: Fallback | None = None,
         notifier: Notifier | None = None,
         deliver_for_s: float = 3600.0,
         on_failure: Callable[[str], None] | None = None,
@@ -190,12 +199,26 @@ class OutboxDispatcher:
             return 0
         text = f"{_fallback_note(thread, error)}\n\n{post.body}"
         try:
-            message = await target.post(fallback, text, key=post.key)
+            message = await self._post_in_fallback(target, fallback, post, text)
         except (Retryable, Permanent) as e:
             await self._undelivered(post, f"origin: {error}; fallback: {e}")
             return 0
         await self._landed(post, Landed(message, fallback=True))
         return 1
+
+    async def _post_in_fallback(
+        self, target: Surface, fallback: Fallback, post: OutboxPost, text: str
+    ) -> ThreadRef:
+        if not isinstance(fallback, SlackChannel):
+            return await target.post(fallback, text, key=post.key)
+        started = await self.db.read(
+            lambda s: outbox.fallback_thread_in(s, post.task_id, fallback)
+        )
+        if started is not None:
+            return await target.post(started, text, key=post.key)
+        if not isinstance(target, ChannelSurface):
+            raise Permanent(f"{target.name} cannot start a thread in {fallback}")
+        return await target.start_thread(fallback, text, key=post.key)
 
     async def _undelivered(self, post: OutboxPost, reason: str) -> None:
         self.failures += 1

@@ -14,7 +14,7 @@ from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import OutboxRow, UtcDateTime
 from runtime.store.prepared import Prepared
 from runtime.surfaces import Action
-from runtime.threads import ThreadRef
+from runtime.threads import BadThreadRef, SlackChannel, SlackThread, ThreadRef, parse_landed
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,3 +239,20 @@ def count_undelivered(session: Session) -> int:
     """Posts the outbox gave up on (origin and fallback both refused them)."""
     query = select(func.count()).select_from(_OUTBOX).where(_OUTBOX.c.state == "undelivered")
     return int(session.scalar(query) or 0)
+
+
+def fallback_thread_in(session: Session, task_id: str, channel: SlackChannel) -> SlackThread | None:
+    """The thread an earlier post of the task started in the fallback ``channel``, if any."""
+    query = (
+        select(_OUTBOX.c.landed_on)
+        .where(_OUTBOX.c.task_id == task_id, _OUTBOX.c.landed_on.like("fallback:slack:%"))
+        .order_by(_OUTBOX.c.id)
+    )
+    for landed_on in session.scalars(query):
+        try:
+            message = parse_landed(landed_on).message
+        except BadThreadRef:
+            continue
+        if isinstance(message, SlackThread) and channel.holds(message):
+            return message.root
+    return None

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import FastAPI, Request
 
-from adapters.config import SlackConfig
+from adapters.config import SlackConfig, build_config
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
@@ -215,12 +216,7 @@ async def test_reply_lands_once_after_progress_when_slack_answers_429_for_two_mi
     root_ts = slack.seed_message(CHANNEL, "<@U0KEELBOT1> fix the build", user="U1")
     origin = SlackThread(slack.team_id, CHANNEL, root_ts)
     with serve(create_slack_app(slack)) as running:
-        config = SlackConfig(
-            bot_token="xoxb-keel-emulated", signing_secret="unused",
-            api_url=running.url + "/api/",
-        )
-        client = slack_client(config, timeout_s=5)
-        surface = SlackSurface.single(client, await fetch_slack_identity(client))
+        surface = await _emulated_slack(running.url)
         clock = ManualClock()
         dispatcher = OutboxDispatcher(database, {"slack": surface}, clock)
         task = await _task(database, clock, origin)
@@ -244,3 +240,51 @@ async def test_reply_lands_once_after_progress_when_slack_answers_429_for_two_mi
     assert posts["completion"].state == posts["progress"].state == "landed"
     assert posts["completion"].landed_on == str(origin.message(replies[1].ts))
     assert posts["completion"].attempts == 1  # held back in order, then sent once
+
+
+@pytest.mark.parametrize("channel", ["C0FALLBACK", "#keel-ops"])
+async def test_replies_a_dead_origin_refuses_start_one_thread_per_task_in_a_fallback_channel(
+    database: Database, channel: str
+) -> None:
+    slack = SlackState()
+    slack.add_channel("C0FALLBACK", "keel-ops")
+    gone = SlackThread(slack.team_id, "C0ARCHIVED", "1700000000.000100")  # no such channel
+    config = build_config(
+        {"reporting": {"fallback": {"surface": "slack", "thread_ref": channel}}}, {}
+    )
+    assert config.reporting.fallback is not None
+    with serve(create_slack_app(slack)) as running:
+        surface = await _emulated_slack(running.url)
+        clock = ManualClock()
+        dispatcher = OutboxDispatcher(
+            database, {"slack": surface}, clock, fallback=config.reporting.fallback.target
+        )
+        tasks = [await _task(database, clock, gone) for _ in range(2)]
+        reporter = ThreadReporter(clock)
+        for task in tasks:
+            database.run_sync(lambda s, task=task: reporter.on_phase(s, task, "call_model", ""))
+            database.run_sync(
+                lambda s, task=task: reporter.on_finished(
+                    s, task, TaskResult(TaskStatus.succeeded, f"fixed {task.task_id}")
+                )
+            )
+        await _rounds(dispatcher, clock, 10)
+    tops = [m for m in slack.messages if m.channel == "C0FALLBACK" and m.thread_ts is None]
+    assert len(tops) == 2  # one top-level message per task, each its progress message
+    note = f"(Could not post in {gone}: Slack channel_not_found (HTTP 200))"
+    for top, task in zip(tops, tasks, strict=True):
+        assert top.text.startswith(note) and "⏳" in top.text
+        [reply] = [m for m in slack.thread("C0FALLBACK", top.ts) if m.ts != top.ts]
+        assert reply.text.startswith(note) and f"fixed {task.task_id}" in reply.text
+        posts = {p.purpose: p for p in _posts(database, task.task_id)}
+        root = SlackThread(slack.team_id, "C0FALLBACK", top.ts)
+        assert posts["progress"].landed_on == f"fallback:{root.message(top.ts)}"
+        assert posts["completion"].landed_on == f"fallback:{root.message(reply.ts)}"
+
+
+async def _emulated_slack(url: str) -> SlackSurface:
+    config = SlackConfig(
+        bot_token="xoxb-keel-emulated", signing_secret="unused", api_url=url + "/api/"
+    )
+    client = slack_client(config, timeout_s=5)
+    return SlackSurface.single(client, await fetch_slack_identity(client))

@@ -131,8 +131,10 @@ _POST_COLUMNS = [
 # Posts of one task land in its thread in the order they were queued: a message waits while
 # an earlier one of the same task and thread is unsent or has an edit to make, so a retried
 # progress message (or its last edit) never lands after the completion reply. Reactions
-# neither wait nor hold others up.
+# neither wait nor hold others up. An edit that a later message waits for is made at once,
+# not when the edit interval allows, so the message is not held up by the rate limit.
 _EARLIER = _OUTBOX.alias("earlier")
+_LATER = _OUTBOX.alias("later")
 _WAITS = exists().where(
     _EARLIER.c.task_id == _OUTBOX.c.task_id,
     _EARLIER.c.thread_ref == _OUTBOX.c.thread_ref,
@@ -144,6 +146,13 @@ _WAITS = exists().where(
         _EARLIER.c.state == "stale",
     ),
 )
+_AWAITED = exists().where(
+    _LATER.c.task_id == _OUTBOX.c.task_id,
+    _LATER.c.thread_ref == _OUTBOX.c.thread_ref,
+    _LATER.c.id > _OUTBOX.c.id,
+    _LATER.c.action == "post",
+    _LATER.c.state == "pending",
+)
 # The outbox asks this every round (and after every commit that queued a post).
 _DUE = Prepared(
     select(*_POST_COLUMNS)
@@ -152,7 +161,10 @@ _DUE = Prepared(
             _OUTBOX.c.state == "pending",  # no IN: an expanding list is not compiled once
             _OUTBOX.c.state == "sending",
             (_OUTBOX.c.state == "stale")
-            & (_OUTBOX.c.landed_at <= bindparam("b_edit_before", type_=UtcDateTime)),
+            & (
+                (_OUTBOX.c.landed_at <= bindparam("b_edit_before", type_=UtcDateTime))
+                | _AWAITED
+            ),
         ),
         _OUTBOX.c.next_attempt_at <= bindparam("b_now", type_=UtcDateTime),
         or_(_OUTBOX.c.action != "post", ~_WAITS),

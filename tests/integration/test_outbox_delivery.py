@@ -209,6 +209,25 @@ async def test_the_progress_edit_lands_before_the_completion_when_the_edit_is_re
     assert "finished" in edited
 
 
+async def test_the_last_progress_edit_is_made_at_once_when_the_completion_waits_for_it(
+    database: Database,
+) -> None:
+    clock = ManualClock()
+    surface = FakeSurface()
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock, edit_interval_s=3)
+    task = await _task(database, clock)
+    reporter = ThreadReporter(clock)
+    database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
+    await dispatcher.run_once()
+    result = TaskResult(TaskStatus.succeeded, "fixed")
+    database.run_sync(lambda s: reporter.on_finished(s, task, result))
+    await dispatcher.run_once()  # within the edit interval: the edit goes first, at once
+    await dispatcher.run_once()
+    [(_, edited)] = surface.updates
+    assert "finished" in edited
+    assert [text[:1] for _, text, _ in surface.posts] == ["⏳", "✅"]
+
+
 async def test_reply_lands_once_after_progress_when_slack_answers_429_for_two_minutes(
     database: Database,
 ) -> None:

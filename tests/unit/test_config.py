@@ -603,3 +603,15 @@ def test_outage_give_up_is_refused_when_it_is_not_positive() -> None:
     assert build_config({"model": {"outage_give_up_s": 90}}, {}).model.outage_give_up_s == 90
     [problem] = problems_of({"model": {"outage_give_up_s": 0}})
     assert problem.startswith("model.outage_give_up_s:")
+
+
+def test_a_bare_fallback_channel_is_refused_when_slack_has_many_workspaces() -> None:
+    key = "A" * 43 + "="  # a Fernet key: 32 url-safe base64-encoded bytes
+    oauth = {"client_id": "1.2", "client_secret": "s", "encryption_key": key}
+    slack = {"signing_secret": "s", "oauth": oauth}
+    bare = {"fallback": {"surface": "slack", "thread_ref": "C0FALLBACK"}}
+    [problem] = problems_of({"slack": slack, "reporting": bare})
+    assert problem.startswith("reporting.fallback.thread_ref: C0FALLBACK is in no one workspace")
+    named = {"fallback": {"surface": "slack", "thread_ref": "slack:T0123ABCD/C0FALLBACK"}}
+    assert build_config({"slack": slack, "reporting": named}, {}).reporting.fallback
+    assert build_config({"reporting": bare}, {}).reporting.fallback  # one bot token: its own

@@ -30,7 +30,7 @@ from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.surfaces import Action
-from runtime.threads import GitHubIssue, SlackThread, ThreadRef
+from runtime.threads import GitHubIssue, SlackThread, ThreadRef, parse_landed
 from tests.factories import make_spec
 from tests.integration.test_outbox import ORIGIN, FakeSurface
 
@@ -288,16 +288,19 @@ async def test_replies_a_dead_origin_refuses_start_one_thread_per_task_in_a_fall
                 )
             )
         await _rounds(dispatcher, clock, 10)
-    tops = [m for m in slack.messages if m.channel == "C0FALLBACK" and m.thread_ts is None]
+    tops = {m.ts: m for m in slack.messages if m.channel == "C0FALLBACK" and not m.thread_ts}
     assert len(tops) == 2  # one top-level message per task, each its progress message
     note = f"(Could not post in {gone}: Slack channel_not_found (HTTP 200))"
-    for top, task in zip(tops, tasks, strict=True):
+    for task in tasks:
+        posts = {p.purpose: p for p in _posts(database, task.task_id)}
+        progress = parse_landed(posts["progress"].landed_on or "")
+        assert progress.fallback and isinstance(progress.message, SlackThread)
+        top = tops[progress.message.thread_ts]
         assert top.text.startswith(note) and "⏳" in top.text
         [reply] = [m for m in slack.thread("C0FALLBACK", top.ts) if m.ts != top.ts]
         assert reply.text.startswith(note) and f"fixed {task.task_id}" in reply.text
-        posts = {p.purpose: p for p in _posts(database, task.task_id)}
         root = SlackThread(slack.team_id, "C0FALLBACK", top.ts)
-        assert posts["progress"].landed_on == f"fallback:{root.message(top.ts)}"
+        assert progress.message == root.message(top.ts)
         assert posts["completion"].landed_on == f"fallback:{root.message(reply.ts)}"
 
 

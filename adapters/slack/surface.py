@@ -134,7 +134,7 @@ class SlackSurface:
             client.chat_postMessage(
                 channel=channel.channel,
                 metadata={"event_type": _EVENT_TYPE, "event_payload": {"key": key}},
-                **rendered(text, ()),
+                **rendered(text, (), allowed_mentions=self.allowed_mentions),
             )
         )
         return SlackThread(team, posted["channel"], posted["ts"], posted["ts"])

@@ -30,7 +30,7 @@ from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.surfaces import Action
-from runtime.threads import GitHubIssue, SlackThread, ThreadRef, parse_landed
+from runtime.threads import GitHubIssue, SlackChannel, SlackThread, ThreadRef, parse_landed
 from tests.factories import make_spec
 from tests.integration.test_outbox import ORIGIN, FakeSurface
 
@@ -310,3 +310,18 @@ async def _emulated_slack(url: str) -> SlackSurface:
     )
     client = slack_client(config, timeout_s=5)
     return SlackSurface.single(client, await fetch_slack_identity(client))
+
+
+async def test_a_thread_started_in_a_fallback_channel_pings_only_allowed_people() -> None:
+    slack = SlackState()
+    slack.add_channel("C0FALLBACK", "keel-ops")
+    with serve(create_slack_app(slack)) as running:
+        plain = await _emulated_slack(running.url)
+        surface = SlackSurface(plain.clients, allowed_mentions=("U0OPS",))
+        text = "<@U0OPS> and <@U0OTHER> and <!channel>"
+        posted = await surface.start_thread(SlackChannel("#keel-ops"), text, key="t1:completion")
+    assert posted == SlackThread(slack.team_id, "C0FALLBACK", posted.thread_ts, posted.thread_ts)
+    [message] = slack.bot_posts("C0FALLBACK")
+    assert message.thread_ts is None  # a top-level message: a thread of its own
+    assert "<@U0OPS>" in message.text
+    assert "&lt;@U0OTHER&gt;" in message.text and "&lt;!channel&gt;" in message.text

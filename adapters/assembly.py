@@ -277,7 +277,8 @@ class Keel:
             self.surfaces,
             self.clock,
             edit_interval_s=cfg.reporting.progress_min_interval_s,
-            fallback=fallback.thread if fallback else None,
+            deliver_for_s=cfg.reporting.deliver_for_s,
+            fallback=fallback.target if fallback else None,
             notifier=self.scheduler.notifier,
             on_failure=self.metrics.count_outbox_failure,
         )

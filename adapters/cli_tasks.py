@@ -122,7 +122,16 @@ def show_task(config: AppConfig, task_id: str) -> None:
         typer.echo(f"  {item.kind} {item.ref} — {item.strength}")
     typer.echo("replies:")
     for post in detail.outbox:
-        typer.echo(f"  {post.purpose}: {post.state} {post.landed_on or ''}")
+        typer.echo(f"  {_post_line(post)}")
+
+
+def _post_line(post: views.OutboxView) -> str:
+    tries = f" after {post.attempts} attempts" if post.attempts > 1 else ""
+    if post.state == "undelivered":
+        return f"{post.purpose}: UNDELIVERED to {post.thread_ref}{tries}: {post.last_error}"
+    where = post.landed_on or post.thread_ref
+    retrying = f" (retrying: {post.last_error})" if post.last_error else ""
+    return f"{post.purpose}: {post.state} {where}{tries}{retrying}"
 
 
 def cancel_task(config: AppConfig, task_id: str) -> None:

@@ -51,6 +51,7 @@ from runtime.config import (
     redact_url,
 )
 from runtime.errors import ConfigError
+from runtime.threads import SlackChannel
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
 _SLACK_USER = re.compile(r"^[UW][A-Z0-9]+$")
@@ -373,7 +374,9 @@ class AppConfig(ConfigSection):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> AppConfig:
-        problems = [*_unknown_agents(self), *_unknown_repositories(self)]
+        problems = [
+            *_unknown_agents(self), *_unknown_repositories(self), *_channel_of_no_workspace(self)
+        ]
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -411,6 +414,20 @@ def _unknown_agents(config: AppConfig) -> list[str]:
         f"{path}: unknown agent {agent!r} (agents: {known})"
         for path, agent in named.items()
         if agent not in config.agents
+    ]
+
+
+def _channel_of_no_workspace(config: AppConfig) -> list[str]:
+    """With OAuth installations there is no one workspace a bare fallback channel is in."""
+    fallback = config.reporting.fallback
+    target = fallback.target if fallback else None
+    if not (isinstance(target, SlackChannel) and target.team is None):
+        return []
+    if not config.slack.multi_workspace:
+        return []
+    return [
+        f"reporting.fallback.thread_ref: {target} is in no one workspace with Slack OAuth "
+        f"installations; name it as slack:<team id>/{target.channel}"
     ]
 
 

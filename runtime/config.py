@@ -23,7 +23,14 @@ from pydantic import (
     field_validator,
 )
 
-from runtime.threads import BadThreadRef, GitHubIssue, SlackThread, ThreadRef, parse_thread
+from runtime.threads import (
+    BadThreadRef,
+    Fallback,
+    GitHubIssue,
+    SlackThread,
+    parse_channel,
+    parse_thread,
+)
 
 SourceOf = Callable[[str], str]
 """Given a dotted config path, names where its value comes from: an env var, else the path."""
@@ -302,7 +309,8 @@ class WorkspaceConfig(ConfigSection):
 _FALLBACK_FORMS = {
     "slack": (
         SlackThread,
-        "slack:<team id>/<channel id>/<thread ts>, "
+        "a channel id (C0123456789), #name, slack:<team id>/<channel id>, "
+        "or a thread: slack:<team id>/<channel id>/<thread ts>, "
         "e.g. slack:T0123ABCD/C0123456789/1700000000.000100",
     ),
     "github": (
@@ -313,7 +321,8 @@ _FALLBACK_FORMS = {
 
 
 class FallbackConfig(ConfigSection):
-    """Where a reply goes when its own thread refuses it: one existing thread of a surface."""
+    """Where a reply goes when its own thread refuses it: one existing thread of a surface,
+    or a Slack channel, where each task's replies get a thread of their own."""
 
     surface: Literal["slack", "github"]
     thread_ref: str = Field(min_length=1)
@@ -324,19 +333,31 @@ class FallbackConfig(ConfigSection):
         surface = info.data.get("surface")
         if surface not in _FALLBACK_FORMS:
             return thread_ref  # the surface itself is already reported as invalid
-        kind, form = _FALLBACK_FORMS[surface]
         try:
-            thread = parse_thread(thread_ref)
+            _fallback_of(surface, thread_ref)
         except BadThreadRef:
-            thread = None
-        # A whole thread to post in: not one message or comment in it, not a commit.
-        if thread is None or not isinstance(thread, kind) or thread.root != thread:
-            raise ValueError(f"{thread_ref!r} is not a {surface} thread; expected {form}")
+            form = _FALLBACK_FORMS[surface][1]
+            raise ValueError(f"{thread_ref!r} is not a {surface} thread; expected {form}") from None
         return thread_ref
 
     @property
-    def thread(self) -> ThreadRef:
-        return parse_thread(self.thread_ref)
+    def target(self) -> Fallback:
+        return _fallback_of(self.surface, self.thread_ref)
+
+
+def _fallback_of(surface: str, thread_ref: str) -> Fallback:
+    """The thread, or for Slack the channel, ``thread_ref`` names on ``surface``."""
+    kind = _FALLBACK_FORMS[surface][0]
+    try:
+        thread = parse_thread(thread_ref)
+    except BadThreadRef:
+        if surface == "slack":
+            return parse_channel(thread_ref)
+        raise
+    # A whole thread to post in: not one message or comment in it, not a commit.
+    if not isinstance(thread, kind) or thread.root != thread:
+        raise BadThreadRef(f"not a {surface} thread: {thread_ref!r}")
+    return thread
 
 
 class ReportingConfig(ConfigSection):
@@ -344,6 +365,9 @@ class ReportingConfig(ConfigSection):
     ack_emoji: str = "eyes"
     progress: bool = True
     progress_min_interval_s: float = Field(default=3, ge=0)
+    # How long a post its thread keeps refusing (rate limits, outages) is retried before it
+    # goes to the fallback; counted from when it was queued, across restarts.
+    deliver_for_s: float = Field(default=3600, gt=0)
     fallback: FallbackConfig | None = None
 
     def describe(self, source: SourceOf) -> str:

@@ -2,10 +2,16 @@
 
 A row is marked ``sending`` (committed) before the surface is called. A row found ``sending``
 later may have landed without us hearing back, so the surface is asked for a post carrying
-its key before anything is sent again. Progress edits are rate-limited per message.
-If the origin fails permanently, the post goes to the fallback thread, and where it landed
-is recorded (``runtime.threads.Landed``). Rows keep their references as text; each is read
-back here, per post, so one unreadable row fails alone instead of stopping the outbox.
+its key before anything is sent again. Progress edits are rate-limited per message, and the
+posts of one task land in its thread in the order they were queued (``store.outbox``).
+A post the origin keeps refusing as retryable is tried again with backoff for
+``deliver_for_s`` (from when it was queued: stored, so across restarts). If the origin refuses
+it for good, or that time runs out, the post goes to the fallback: a thread, or a Slack
+channel where a task's first post starts a thread and its others go in it. Where it landed
+is recorded (``runtime.threads.Landed``); one that cannot land there either is
+``undelivered``, which the task's views and ``keel_outbox_undelivered`` show. Rows keep their
+references as text; each is read back here, per post, so one unreadable row fails alone
+instead of stopping the outbox.
 """
 
 from __future__ import annotations
@@ -21,10 +27,21 @@ from runtime.notifier import Notifier
 from runtime.store import outbox
 from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
-from runtime.surfaces import Surface
-from runtime.threads import BadThreadRef, Landed, ThreadRef, parse_landed, parse_thread
+from runtime.surfaces import ChannelSurface, Surface
+from runtime.threads import (
+    BadThreadRef,
+    Fallback,
+    Landed,
+    SlackChannel,
+    ThreadRef,
+    parse_landed,
+    parse_thread,
+)
 
 log = logging.getLogger(__name__)
+
+# The longest wait between two tries when the provider names none.
+_MAX_BACKOFF_S = 120.0
 
 
 class OutboxDispatcher:
@@ -35,9 +52,9 @@ class OutboxDispatcher:
         clock: Clock,
         *,
         edit_interval_s: float = 3.0,
-        fallback: ThreadRef | None = None,
+        fallback: Fallback | None = None,
         notifier: Notifier | None = None,
-        max_attempts: int = 8,
+        deliver_for_s: float = 3600.0,
         on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.db = db
@@ -46,7 +63,7 @@ class OutboxDispatcher:
         self.edit_interval_s = edit_interval_s
         self.fallback = fallback
         self.notifier = notifier or Notifier()
-        self.max_attempts = max_attempts
+        self.deliver_for_s = deliver_for_s
         self.failures = 0
         self.on_failure = on_failure or (lambda surface: None)
 
@@ -72,13 +89,13 @@ class OutboxDispatcher:
             thread = parse_thread(post.thread_ref)
             landed = parse_landed(post.landed_on) if post.landed_on else None
         except BadThreadRef as e:
-            await self._fail(post, str(e), permanent=True)
+            await self._undelivered(post, str(e))
             return 0
         if post.state == "stale" and landed is not None:
             return await self._edit(post, thread, landed)
         surface = self.surfaces.get(thread.surface)
         if surface is None:
-            await self._fail(post, f"surface {thread.surface!r} is not configured", permanent=True)
+            await self._undelivered(post, f"surface {thread.surface!r} is not configured")
             return 0
         try:
             recovering = post.state == "sending"
@@ -93,6 +110,8 @@ class OutboxDispatcher:
                 )
             message = await self._deliver(surface, post, thread, recovering)
         except Retryable as e:
+            if self._out_of_time(post):
+                return await self._to_fallback(post, thread, self._gave_up(post, e))
             await self._retry(post, e)
             return 0
         except Permanent as e:
@@ -105,16 +124,20 @@ class OutboxDispatcher:
         surface = self.surfaces.get(landed.message.surface)
         if surface is None:
             where = landed.message.surface
-            await self._fail(post, f"surface {where!r} is not configured", permanent=True)
+            await self._undelivered(post, f"surface {where!r} is not configured")
             return 0
         body = f"{_fallback_note(thread)}\n\n{post.body}" if landed.fallback else post.body
         try:
             await surface.update(landed.message, body, actions=post.actions)
         except Retryable as e:
+            if self._out_of_time(post):
+                # The message is there, with older text: nothing to fall back to.
+                await self._undelivered(post, f"edit of {landed.message}: {self._gave_up(post, e)}")
+                return 0
             await self._retry(post, e)
             return 0
         except Permanent as e:
-            await self._fail(post, f"edit of {landed.message}: {e}", permanent=True)
+            await self._undelivered(post, f"edit of {landed.message}: {e}")
             return 0
         await self._landed(post, landed)
         return 1
@@ -139,18 +162,26 @@ class OutboxDispatcher:
             )
         )
 
+    def _out_of_time(self, post: OutboxPost) -> bool:
+        return self.clock.now() >= post.deliver_by(self.deliver_for_s)
+
+    def _gave_up(self, post: OutboxPost, error: Retryable) -> Permanent:
+        return Permanent(
+            f"still failing after {self.deliver_for_s:g} s and {post.attempts + 1} attempts: "
+            f"{error}"
+        )
+
     async def _retry(self, post: OutboxPost, error: Retryable) -> None:
-        if post.attempts + 1 >= self.max_attempts:
-            await self._fail(
-                post, f"gave up after {post.attempts + 1} attempts: {error}", permanent=True
-            )
-            return
+        """Try again after the wait the provider asked for, else with exponential backoff,
+        and once more when the time to deliver runs out."""
         delay = (
             error.retry_after_s
             if error.retry_after_s is not None
-            else min(60.0, 2.0**post.attempts)
+            else min(_MAX_BACKOFF_S, 2.0**post.attempts)
         )
-        at = self.clock.now() + timedelta(seconds=delay)
+        at = min(
+            self.clock.now() + timedelta(seconds=delay), post.deliver_by(self.deliver_for_s)
+        )
         # Keep "sending" so the next attempt reconciles before posting again; a reaction,
         # never marked, counts this try here.
         counted = {"attempts": post.attempts + 1} if post.action == "react" else {}
@@ -164,23 +195,39 @@ class OutboxDispatcher:
         fallback = self.fallback
         target = self.surfaces.get(fallback.surface) if fallback else None
         if fallback is None or target is None or post.action == "react":
-            await self._fail(post, str(error), permanent=True)
+            await self._undelivered(post, str(error))
             return 0
         text = f"{_fallback_note(thread, error)}\n\n{post.body}"
         try:
-            message = await target.post(fallback, text, key=post.key)
+            message = await self._post_in_fallback(target, fallback, post, text)
         except (Retryable, Permanent) as e:
-            await self._fail(post, f"origin: {error}; fallback: {e}", permanent=True)
+            await self._undelivered(post, f"origin: {error}; fallback: {e}")
             return 0
         await self._landed(post, Landed(message, fallback=True))
         return 1
 
-    async def _fail(self, post: OutboxPost, reason: str, *, permanent: bool) -> None:
+    async def _post_in_fallback(
+        self, target: Surface, fallback: Fallback, post: OutboxPost, text: str
+    ) -> ThreadRef:
+        if not isinstance(fallback, SlackChannel):
+            return await target.post(fallback, text, key=post.key)
+        started = await self.db.read(
+            lambda s: outbox.fallback_thread_in(s, post.task_id, fallback)
+        )
+        if started is not None:
+            return await target.post(started, text, key=post.key)
+        if not isinstance(target, ChannelSurface):
+            raise Permanent(f"{target.name} cannot start a thread in {fallback}")
+        return await target.start_thread(fallback, text, key=post.key)
+
+    async def _undelivered(self, post: OutboxPost, reason: str) -> None:
         self.failures += 1
         self.on_failure(post.surface)
-        log.warning("outbox post %s failed: %s", post.key, reason, extra={"task_id": post.task_id})
+        log.warning(
+            "outbox post %s undelivered: %s", post.key, reason, extra={"task_id": post.task_id}
+        )
         await self.db.run(
-            lambda s: outbox.mark(s, post.outbox_id, state="failed", last_error=reason)
+            lambda s: outbox.mark(s, post.outbox_id, state="undelivered", last_error=reason)
         )
 
 

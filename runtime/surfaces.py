@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from runtime.threads import ThreadRef
+from runtime.threads import SlackChannel, ThreadRef
 
 ActionStyle = Literal["primary", "danger"]
 
@@ -64,4 +64,13 @@ class Surface(Protocol):
 
     async def react(self, target: ThreadRef, emoji: str) -> None:
         """React to the message ``target`` names, or to the thread's root message."""
+        ...
+
+
+@runtime_checkable
+class ChannelSurface(Protocol):
+    """A surface that can start a thread in a channel (Slack): for a fallback channel."""
+
+    async def start_thread(self, channel: SlackChannel, text: str, *, key: str) -> ThreadRef:
+        """Post ``text`` as a new top-level message; the answer names it (and so its thread)."""
         ...

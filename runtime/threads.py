@@ -7,7 +7,10 @@ Stored and logged as text (``str(ref)``), parsed back only here:
 - ``github:{owner}/{repo}@{sha}`` for a commit (CI results).
 
 Where a post landed (``Landed``) is one of these naming the message itself, prefixed
-``fallback:`` when the origin refused it and it went to the configured fallback thread.
+``fallback:`` when the origin refused it and it went to the configured fallback.
+
+A fallback may also be a Slack channel (``SlackChannel``: ``C0123…``, ``#name`` or
+``slack:{team}/{channel}``), where each task's first post starts a thread.
 """
 
 from __future__ import annotations
@@ -27,8 +30,12 @@ _SLACK_TS = r"\d+\.\d+"
 _REPO = r"[\w.-]+/[\w.-]+"
 _NUMBER = r"[1-9]\d*"
 _SHA = r"[0-9a-fA-F]{4,64}"
+# A channel id (C…, or G… for an older private channel) or a channel's #name.
+_CHANNEL = r"[CG][A-Z0-9]{2,}|#[a-z0-9][a-z0-9_-]{0,79}"
 # Each component's own check, compiled once: every webhook and every outbox row builds refs.
-_PARTS = {part: re.compile(part) for part in (_SLACK_ID, _SLACK_TS, _REPO, _NUMBER, _SHA)}
+_PARTS = {
+    part: re.compile(part) for part in (_SLACK_ID, _SLACK_TS, _REPO, _NUMBER, _SHA, _CHANNEL)
+}
 
 _SLACK = re.compile(
     rf"slack:(?P<team>{_SLACK_ID})/(?P<channel>{_SLACK_ID})/(?P<thread_ts>{_SLACK_TS})"
@@ -144,6 +151,36 @@ class GitHubCommit:
 
 ThreadRef = SlackThread | GitHubIssue | GitHubCommit
 
+
+@dataclass(frozen=True, slots=True)
+class SlackChannel:
+    """A Slack channel to start threads in, by id or ``#name`` (which Slack resolves when
+    posting); ``team`` None is the workspace of Keel's single bot token."""
+
+    channel: str
+    team: str | None = None
+
+    def __post_init__(self) -> None:
+        _check("Slack channel", self.channel, _CHANNEL)
+        if self.team is not None:
+            _check("Slack team", self.team, _SLACK_ID)
+
+    @property
+    def surface(self) -> SurfaceName:
+        return "slack"
+
+    def holds(self, thread: SlackThread) -> bool:
+        """Whether ``thread`` is in this channel, as far as an id tells (a #name does not)."""
+        named = self.channel.startswith("#")
+        return (named or thread.channel == self.channel) and self.team in (None, thread.team)
+
+    def __str__(self) -> str:
+        return f"slack:{self.team}/{self.channel}" if self.team else self.channel
+
+
+# Where replies go when their own thread refuses them.
+Fallback = ThreadRef | SlackChannel
+
 _FORMS = (
     "slack:<team>/<channel>/<thread ts>[:<ts>], github:<owner>/<repo>#<number>[:<comment id>] "
     "or github:<owner>/<repo>@<sha>"
@@ -171,6 +208,14 @@ def parse_thread(text: str) -> ThreadRef:
     if found := _COMMIT.fullmatch(text):
         return GitHubCommit(found["repo"], found["sha"])
     raise BadThreadRef(f"not a thread reference: {text!r}; expected {_FORMS}")
+
+
+def parse_channel(text: str) -> SlackChannel:
+    """``C0123…``, ``#name`` or ``slack:{team}/{channel}``; ``BadThreadRef`` for anything else."""
+    team, slash, channel = text.removeprefix("slack:").rpartition("/")
+    if slash and not text.startswith("slack:"):
+        raise BadThreadRef(f"not a Slack channel: {text!r}")
+    return SlackChannel(channel, team if slash else None)
 
 
 def thread_of(text: str | None) -> ThreadRef | None:

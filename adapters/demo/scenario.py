@@ -343,7 +343,8 @@ async def _drive(
                 _play_ci(github, ci)
                 posts = await _posts(db, task_id)
                 if task.status in ("succeeded", "failed", "canceled", "timed_out") and any(
-                    p.purpose == "completion" and p.state in ("landed", "failed") for p in posts
+                    p.purpose == "completion" and p.state in ("landed", "undelivered")
+                    for p in posts
                 ):
                     await asyncio.sleep(3.5)  # let the last progress edit land
                     break

@@ -390,8 +390,19 @@ def _thread_root(state: SlackState, channel: str, thread_ts: Any) -> str | None:
     return parent.thread_ts or parent.ts
 
 
+def _posting_channel(state: SlackState, args: Args) -> str:
+    """As on Slack, chat.postMessage also takes a channel's ``#name``; the answer names its id."""
+    name = str(args.get("channel") or "")
+    if not name.startswith("#"):
+        return _channel(state, args)
+    found = [cid for cid, known in state.channels.items() if known == name.removeprefix("#")]
+    if not found:
+        raise SlackError("channel_not_found")
+    return found[0]
+
+
 def chat_post_message(state: SlackState, args: Args) -> Args:
-    channel = _channel(state, args)
+    channel = _posting_channel(state, args)
     text = str(args.get("text") or "")
     blocks = _parsed_json(args.get("blocks"))
     if not text and not blocks:

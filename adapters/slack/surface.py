@@ -28,7 +28,7 @@ from adapters.slack.signals import SlackIdentity
 from adapters.slack.workspaces import SingleWorkspace, SlackClients, web_client
 from runtime.errors import ConfigError, Permanent, Retryable
 from runtime.surfaces import Action
-from runtime.threads import SlackThread, ThreadRef
+from runtime.threads import SlackChannel, SlackThread, ThreadRef
 
 # chat.postMessage truncates text beyond 40,000 characters without saying so; we say so.
 TEXT_LIMIT = 40_000
@@ -125,6 +125,28 @@ class SlackSurface:
             )
         )
         return thread.message(posted["ts"])
+
+    async def start_thread(self, channel: SlackChannel, text: str, *, key: str) -> SlackThread:
+        """A new top-level message in ``channel`` (an id or a #name, which Slack resolves)."""
+        team = channel.team or await self._own_team(channel)
+        client = await self.clients.client(team)
+        posted = await call_slack(
+            client.chat_postMessage(
+                channel=channel.channel,
+                metadata={"event_type": _EVENT_TYPE, "event_payload": {"key": key}},
+                **rendered(text, (), allowed_mentions=self.allowed_mentions),
+            )
+        )
+        return SlackThread(team, posted["channel"], posted["ts"], posted["ts"])
+
+    async def _own_team(self, channel: SlackChannel) -> str:
+        identity = await self.clients.identity(None)
+        if identity is None or not identity.team_id:
+            raise Permanent(
+                f"fallback channel {channel} names no workspace: give it as "
+                f"slack:<team id>/{channel.channel}"
+            )
+        return identity.team_id
 
     async def find_post(self, thread: ThreadRef, *, key: str) -> SlackThread | None:
         thread = _slack(thread).root

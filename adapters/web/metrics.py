@@ -107,7 +107,12 @@ class _CountsCollector(Collector):
         )
         for kind, n in sorted(self.tokens.items()):
             tokens.add_metric([kind], n)
-        yield from (signals, tasks, tools, tokens)
+        undelivered = GaugeMetricFamily(
+            "keel_outbox_undelivered",
+            "Posts the outbox gave up on: neither their thread nor the fallback took them.",
+        )
+        undelivered.add_metric([], self.counts.outbox_undelivered)
+        yield from (signals, tasks, tools, tokens, undelivered)
 
 
 def render(metrics: Metrics, counts: views.Counts, tokens: dict[str, int] | None = None) -> bytes:

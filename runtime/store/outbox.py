@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, bindparam, null, or_, select, update
+from sqlalchemy import Table, bindparam, exists, func, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import OutboxRow, UtcDateTime
 from runtime.store.prepared import Prepared
 from runtime.surfaces import Action
-from runtime.threads import ThreadRef
+from runtime.threads import BadThreadRef, SlackChannel, SlackThread, ThreadRef, parse_landed
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +28,18 @@ class OutboxPost:
     action: str  # post | react
     body: str
     actions: tuple[Action, ...]  # buttons shown with the post
-    state: str  # pending | sending | landed | stale | failed
+    state: str  # pending | sending | landed | stale | undelivered
     attempts: int
     landed_on: str | None
     landed_at: datetime | None
     last_error: str | None
+    created_at: datetime
+
+    def deliver_by(self, deliver_for_s: float) -> datetime:
+        """When retrying stops: ``deliver_for_s`` after the post was queued, or, for an edit,
+        after its previous text landed. Both are stored, so the time holds across restarts."""
+        since = self.landed_at if self.state == "stale" and self.landed_at else self.created_at
+        return since + timedelta(seconds=deliver_for_s)
 
 
 def _to_post(row: OutboxRow) -> OutboxPost:
@@ -51,6 +58,7 @@ def _to_post(row: OutboxRow) -> OutboxPost:
         row.landed_on,
         row.landed_at,
         row.last_error,
+        row.created_at,
     )
 
 
@@ -117,8 +125,34 @@ _POST_COLUMNS = [
     for name in (
         "id", "task_id", "purpose", "surface", "thread_ref", "idempotency_key", "action",
         "body", "actions", "state", "attempts", "landed_on", "landed_at", "last_error",
+        "created_at",
     )
 ]
+# Posts of one task land in its thread in the order they were queued: a message waits while
+# an earlier one of the same task and thread is unsent or has an edit to make, so a retried
+# progress message (or its last edit) never lands after the completion reply. Reactions
+# neither wait nor hold others up. An edit that a later message waits for is made at once,
+# not when the edit interval allows, so the message is not held up by the rate limit.
+_EARLIER = _OUTBOX.alias("earlier")
+_LATER = _OUTBOX.alias("later")
+_WAITS = exists().where(
+    _EARLIER.c.task_id == _OUTBOX.c.task_id,
+    _EARLIER.c.thread_ref == _OUTBOX.c.thread_ref,
+    _EARLIER.c.id < _OUTBOX.c.id,
+    _EARLIER.c.action == "post",
+    or_(
+        _EARLIER.c.state == "pending",
+        _EARLIER.c.state == "sending",
+        _EARLIER.c.state == "stale",
+    ),
+)
+_AWAITED = exists().where(
+    _LATER.c.task_id == _OUTBOX.c.task_id,
+    _LATER.c.thread_ref == _OUTBOX.c.thread_ref,
+    _LATER.c.id > _OUTBOX.c.id,
+    _LATER.c.action == "post",
+    _LATER.c.state == "pending",
+)
 # The outbox asks this every round (and after every commit that queued a post).
 _DUE = Prepared(
     select(*_POST_COLUMNS)
@@ -127,9 +161,13 @@ _DUE = Prepared(
             _OUTBOX.c.state == "pending",  # no IN: an expanding list is not compiled once
             _OUTBOX.c.state == "sending",
             (_OUTBOX.c.state == "stale")
-            & (_OUTBOX.c.landed_at <= bindparam("b_edit_before", type_=UtcDateTime)),
+            & (
+                (_OUTBOX.c.landed_at <= bindparam("b_edit_before", type_=UtcDateTime))
+                | _AWAITED
+            ),
         ),
         _OUTBOX.c.next_attempt_at <= bindparam("b_now", type_=UtcDateTime),
+        or_(_OUTBOX.c.action != "post", ~_WAITS),
     )
     .order_by(_OUTBOX.c.id)
     .limit(bindparam("b_limit"))
@@ -207,3 +245,26 @@ def _forget(session: Session, outbox_id: int) -> None:
 def posts_of_task(session: Session, task_id: str) -> list[OutboxPost]:
     query = select(OutboxRow).where(OutboxRow.task_id == task_id).order_by(OutboxRow.outbox_id)
     return [_to_post(r) for r in session.scalars(query)]
+
+
+def count_undelivered(session: Session) -> int:
+    """Posts the outbox gave up on (origin and fallback both refused them)."""
+    query = select(func.count()).select_from(_OUTBOX).where(_OUTBOX.c.state == "undelivered")
+    return int(session.scalar(query) or 0)
+
+
+def fallback_thread_in(session: Session, task_id: str, channel: SlackChannel) -> SlackThread | None:
+    """The thread an earlier post of the task started in the fallback ``channel``, if any."""
+    query = (
+        select(_OUTBOX.c.landed_on)
+        .where(_OUTBOX.c.task_id == task_id, _OUTBOX.c.landed_on.like("fallback:slack:%"))
+        .order_by(_OUTBOX.c.id)
+    )
+    for landed_on in session.scalars(query):
+        try:
+            message = parse_landed(landed_on).message
+        except BadThreadRef:
+            continue
+        if isinstance(message, SlackThread) and channel.holds(message):
+            return message.root
+    return None

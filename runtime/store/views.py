@@ -131,6 +131,7 @@ class Counts:
     signals_by_decision: dict[str, int]
     tasks_by_status: dict[str, int]
     tool_outcomes: dict[str, int]
+    outbox_undelivered: int = 0
 
 
 def list_tasks(
@@ -313,6 +314,7 @@ def counts(session: Session) -> Counts:
         signals_by_decision=_grouped(session, SignalRow.decision),
         tasks_by_status=_grouped(session, TaskRow.status),
         tool_outcomes=_grouped(session, ToolCallRow.outcome, missing="unsettled"),
+        outbox_undelivered=outbox.count_undelivered(session),
     )
 
 

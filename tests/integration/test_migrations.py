@@ -10,7 +10,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, insert, inspect, select
+from sqlalchemy import Engine, insert, inspect, select, update
 
 from runtime.store import migrate
 from runtime.store.engine import make_engine
@@ -173,4 +173,25 @@ def test_legacy_fallback_post_is_left_as_it_was_when_no_slack_thread_names_a_tea
     _alembic(engine, "upgrade", "head")
     assert _landed_on(engine) == ["fallback:slack:COPS:1700000009.000003"]
     assert is_current(engine)
+    engine.dispose()
+
+
+def _outbox_states(engine: Engine) -> list[str]:
+    with engine.connect() as connection:
+        query = select(OutboxRow.state).order_by(OutboxRow.outbox_id)
+        return list(connection.execute(query).scalars())
+
+
+def test_a_failed_post_becomes_undelivered_when_upgraded(db_url: str) -> None:
+    engine = make_engine(db_url)
+    _alembic(engine, "downgrade", "0009_prloop")
+    _put_outbox(engine, [(ORIGIN, None), (ORIGIN, ORIGIN)])
+    with engine.begin() as connection:
+        first = OutboxRow.__table__.c.idempotency_key == "k0"
+        connection.execute(update(OutboxRow.__table__).where(first).values(state="failed"))
+    _alembic(engine, "upgrade", "head")
+    assert _outbox_states(engine) == ["undelivered", "landed"]
+    _alembic(engine, "downgrade", "0009_prloop")
+    assert _outbox_states(engine) == ["failed", "landed"]
+    _alembic(engine, "upgrade", "head")
     engine.dispose()

@@ -166,7 +166,7 @@ async def test_unreadable_row_fails_alone_with_the_reason_when_others_are_due(
     await dispatcher.run_once()
     assert [text for _, text, _ in surface.posts] == ["still sent"]
     bad, good = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert bad.state == "failed" and "not a thread reference: 'slack:C1:1.0'" in (
+    assert bad.state == "undelivered" and "not a thread reference: 'slack:C1:1.0'" in (
         bad.last_error or ""
     )
     assert good.state == "landed"
@@ -324,16 +324,17 @@ async def test_a_reaction_is_never_marked_sending_and_its_failed_tries_still_cou
     still be counted where they fail, or a provider refusing reactions would be asked forever."""
     clock = ManualClock()
     surface = RefusedReactions()
-    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock, max_attempts=3)
+    dispatcher = OutboxDispatcher(database, {"slack": surface}, clock, deliver_for_s=250)
     task_id = await _task(database)
     _queue_reaction(database, task_id, clock)
     for _ in range(5):
         await dispatcher.run_once()
         [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-        assert row.state in ("pending", "failed")
+        assert row.state in ("pending", "undelivered")
         clock.advance(120)
-    assert surface.tries == 3
-    assert row.state == "failed" and row.attempts == 2
+    assert surface.tries == 4  # at 0, 120 and 240 s, then at 360 s, past its 250 s
+    assert row.state == "undelivered" and row.attempts == 3
+    assert "after 250 s and 4 attempts" in (row.last_error or "")
 
 
 async def test_a_reaction_lands_without_a_sending_mark(database: Database) -> None:

@@ -120,7 +120,7 @@ async def _short_timeout_surfaces(slack_url: str, github_url: str) -> dict[str, 
 
 
 async def _deliver_all(database: Database, surfaces: dict[str, Surface]) -> None:
-    dispatcher = OutboxDispatcher(database, surfaces, SystemClock(), max_attempts=20)
+    dispatcher = OutboxDispatcher(database, surfaces, SystemClock())
     stopping = asyncio.Event()
     running = asyncio.create_task(dispatcher.run(stopping, poll_s=0.1))
     try:

@@ -126,6 +126,11 @@ async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_ou
             return shown is not None and not shown.blocks and "stopped" in shown.text
 
         await until(outcome_shown, 15, "the Stop button was not replaced by the outcome")
+
+        async def reply_shown() -> bool:  # after the progress edit: posts land in order
+            return any("Stopped" in m.text for m in live.slack.thread(CHANNEL, root_ts))
+
+        await until(reply_shown, 15, "no reply after the outcome")
         replies = [m.text for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id]
         counts = await live.counts()
     db.close()

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.config import AppConfig, build_config, describe, load_config
 from runtime.errors import ConfigError
-from runtime.threads import GitHubIssue, SlackThread
+from runtime.threads import GitHubIssue, SlackChannel, SlackThread
 
 APP_YAML = Path(__file__).resolve().parents[2] / "app.yaml"
 
@@ -529,12 +529,13 @@ def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> Non
 @pytest.mark.parametrize(
     ("surface", "thread_ref", "expected"),
     [
-        ("slack", "C0123456789", "slack:<team id>/<channel id>/<thread ts>"),
-        ("slack", "github:acme/ops#1", "slack:<team id>/<channel id>/<thread ts>"),
+        ("slack", "keel-ops", "a channel id (C0123456789), #name, slack:<team id>/<channel id>"),
+        ("slack", "#Keel Ops", "a channel id (C0123456789), #name"),
+        ("slack", "github:acme/ops#1", "a channel id (C0123456789), #name"),
         ("github", "acme/ops#1", "github:<owner>/<repo>#<issue number>"),
         ("github", "slack:T1/C1/1700000000.000100", "github:<owner>/<repo>#<issue number>"),
         # One message or comment, or a commit, is not a thread a reply can start in.
-        ("slack", "slack:T1/C1/1700000000.000100:1700000000.000200", "slack:<team id>/"),
+        ("slack", "slack:T1/C1/1700000000.000100:1700000000.000200", "a channel id"),
         ("github", "github:acme/ops#1:99", "github:<owner>/<repo>#<issue number>"),
         ("github", "github:acme/ops@" + "a" * 40, "github:<owner>/<repo>#<issue number>"),
     ],
@@ -569,11 +570,48 @@ def test_fallback_forms_accepted_at_load_are_ones_the_surfaces_can_post_to() -> 
         {"reporting": {"fallback": {"surface": "github", "thread_ref": "github:a/b.c#12"}}}
     )
     assert slack.reporting.fallback and github.reporting.fallback
-    assert slack.reporting.fallback.thread == SlackThread("T1", "C2", "1700.0001")
-    assert github.reporting.fallback.thread == GitHubIssue("a/b.c", 12)
+    assert slack.reporting.fallback.target == SlackThread("T1", "C2", "1700.0001")
+    assert github.reporting.fallback.target == GitHubIssue("a/b.c", 12)
+
+
+@pytest.mark.parametrize(
+    ("thread_ref", "channel"),
+    [
+        ("C0FALLBACK", SlackChannel("C0FALLBACK")),
+        ("#keel-ops", SlackChannel("#keel-ops")),
+        ("slack:T0123ABCD/C0FALLBACK", SlackChannel("C0FALLBACK", team="T0123ABCD")),
+    ],
+)
+def test_fallback_may_be_a_slack_channel_by_id_or_name(
+    thread_ref: str, channel: SlackChannel
+) -> None:
+    config = build_config(
+        {"reporting": {"fallback": {"surface": "slack", "thread_ref": thread_ref}}}
+    )
+    assert config.reporting.fallback is not None
+    assert config.reporting.fallback.target == channel
+
+
+def test_a_channel_is_not_a_github_fallback() -> None:
+    [problem] = problems_of(
+        {"reporting": {"fallback": {"surface": "github", "thread_ref": "C0FALLBACK"}}}
+    )
+    assert problem.startswith("reporting.fallback.thread_ref: 'C0FALLBACK' is not a github")
 
 
 def test_outage_give_up_is_refused_when_it_is_not_positive() -> None:
     assert build_config({"model": {"outage_give_up_s": 90}}, {}).model.outage_give_up_s == 90
     [problem] = problems_of({"model": {"outage_give_up_s": 0}})
     assert problem.startswith("model.outage_give_up_s:")
+
+
+def test_a_bare_fallback_channel_is_refused_when_slack_has_many_workspaces() -> None:
+    key = "A" * 43 + "="  # a Fernet key: 32 url-safe base64-encoded bytes
+    oauth = {"client_id": "1.2", "client_secret": "s", "encryption_key": key}
+    slack = {"signing_secret": "s", "oauth": oauth}
+    bare = {"fallback": {"surface": "slack", "thread_ref": "C0FALLBACK"}}
+    [problem] = problems_of({"slack": slack, "reporting": bare})
+    assert problem.startswith("reporting.fallback.thread_ref: C0FALLBACK is in no one workspace")
+    named = {"fallback": {"surface": "slack", "thread_ref": "slack:T0123ABCD/C0FALLBACK"}}
+    assert build_config({"slack": slack, "reporting": named}, {}).reporting.fallback
+    assert build_config({"reporting": bare}, {}).reporting.fallback  # one bot token: its own

@@ -11,8 +11,10 @@ from runtime.threads import (
     GitHubCommit,
     GitHubIssue,
     Landed,
+    SlackChannel,
     SlackThread,
     ThreadRef,
+    parse_channel,
     parse_landed,
     parse_thread,
 )
@@ -126,3 +128,35 @@ def test_landed_text_marks_the_fallback_when_the_post_fell_back() -> None:
     with pytest.raises(BadThreadRef):
         parse_landed("fallback:")
 
+
+
+@pytest.mark.parametrize(
+    ("text", "channel"),
+    [
+        ("C0FALLBACK", SlackChannel("C0FALLBACK")),
+        ("#keel-ops", SlackChannel("#keel-ops")),
+        ("slack:T1/C0OPS", SlackChannel("C0OPS", team="T1")),
+    ],
+)
+def test_a_fallback_channel_is_read_from_its_id_name_or_team_and_id(
+    text: str, channel: SlackChannel
+) -> None:
+    assert parse_channel(text) == channel
+    assert parse_channel(str(channel)) == channel
+
+
+@pytest.mark.parametrize(
+    "text", ["keel-ops", "#Keel Ops", "slack:T1/C1/1700000000.000100", "T1/C0OPS", "", "#"]
+)
+def test_text_that_names_no_channel_is_refused_when_read_as_a_channel(text: str) -> None:
+    with pytest.raises(BadThreadRef):
+        parse_channel(text)
+
+
+def test_a_channel_holds_its_threads_and_a_name_cannot_tell() -> None:
+    thread = SlackThread("T1", "C0OPS", "1700000000.000100")
+    assert SlackChannel("C0OPS").holds(thread)
+    assert SlackChannel("C0OPS", team="T1").holds(thread)
+    assert not SlackChannel("C0OPS", team="T2").holds(thread)
+    assert not SlackChannel("C0OTHER").holds(thread)
+    assert SlackChannel("#keel-ops").holds(thread)

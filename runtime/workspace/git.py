@@ -34,17 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from runtime.errors import ConfigError, Permanent
+from runtime.errors import ConfigError
 from runtime.workspace import cgroups
 from runtime.workspace.paths import PathRefused, read_inside
-from runtime.workspace.process import ProcessResult, run_pipeline, run_process
+from runtime.workspace.process import ProcessResult, run_process
 from runtime.workspace.sandbox import (
     Isolation,
     Sandbox,
     SandboxMode,
     absolute_path,
     confined,
-    host_program,
 )
 from runtime.workspace.state import WorkspaceState
 
@@ -200,13 +199,18 @@ WORKSPACE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # workspace's hooks and fsmonitor would only run inside the sandbox anyway, but they must
 # not change what Keel's own commands do there either.
 _WORKSPACE_CONFIG = {
-    "GIT_CONFIG_COUNT": "3",
+    "GIT_CONFIG_COUNT": "5",
     "GIT_CONFIG_KEY_0": "core.hooksPath",
     "GIT_CONFIG_VALUE_0": "/dev/null",
     "GIT_CONFIG_KEY_1": "core.fsmonitor",
     "GIT_CONFIG_VALUE_1": "false",
     "GIT_CONFIG_KEY_2": "commit.gpgSign",
     "GIT_CONFIG_VALUE_2": "false",
+    # No housekeeping after a commit (a `git maintenance run --auto` process each time).
+    "GIT_CONFIG_KEY_3": "gc.auto",
+    "GIT_CONFIG_VALUE_3": "0",
+    "GIT_CONFIG_KEY_4": "maintenance.auto",
+    "GIT_CONFIG_VALUE_4": "false",
     "GIT_AUTHOR_NAME": "Keel",
     "GIT_AUTHOR_EMAIL": "keel@localhost",
     "GIT_COMMITTER_NAME": "Keel",
@@ -234,7 +238,7 @@ def _recorded_hidden(ws: Path) -> list[Path]:
     return [Path(h) for h in hidden if isinstance(h, str) and h.startswith("/")]
 
 
-async def _workspace_command(
+async def workspace_command(
     ws: Path, argv: Sequence[str], group: Path | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """``argv`` as it runs in the workspace's sandbox (inside the process-count ``group``
@@ -247,10 +251,7 @@ async def _workspace_command(
     if isolation == "none":
         home = WorkspaceState(ws).ensure().home
         return list(argv), env | {"HOME": str(home)}
-    wrapped = confined(argv, ws, env | {"HOME": "/tmp"}, hidden=_recorded_hidden(ws))
-    if group is not None:
-        join = f'{cgroups.join_line(group)} 2>/dev/null; exec "$@"'
-        wrapped = [host_program("bash"), "-c", join, "keel-pids", *wrapped]
+    wrapped = confined(argv, ws, env | {"HOME": "/tmp"}, hidden=_recorded_hidden(ws), group=group)
     return wrapped, {"PATH": absolute_path()}
 
 
@@ -268,7 +269,7 @@ async def workspace_run(
 ) -> ProcessResult:
     """Run ``argv`` (git, or a short script of git commands) in the workspace, sandboxed."""
     with _run_group() as group:
-        command, env = await _workspace_command(ws, argv, group)
+        command, env = await workspace_command(ws, argv, group)
         result = await run_process(command, cwd=ws, env=env, stdin=stdin, timeout_s=timeout_s)
     return ProcessResult(tuple(argv), result.returncode, result.stdout, result.stderr)
 
@@ -279,118 +280,6 @@ async def workspace_git(
     """``git args`` in the workspace, inside the sandbox; the result names ``args`` only."""
     result = await workspace_run(ws, ["git", *args], stdin=stdin, timeout_s=timeout_s)
     return ProcessResult(tuple(args), result.returncode, result.stdout, result.stderr)
-
-
-# The tail of every script that hands commits to Keel: says "keel-head <sha> <branch>" on
-# stderr, then writes a pack of $sha's commit and everything it needs to stdout, less what
-# the commits named as arguments (the mirror has them) bring, where the workspace has them.
-_NAME_HEAD = (
-    'head=$(git rev-parse "HEAD^{commit}" --abbrev-ref HEAD) || '
-    '{ echo "the workspace has no commit at HEAD" >&2; exit 3; }; '
-    "sha=${head%%$'\\n'*}; echo \"keel-head $sha ${head#*$'\\n'}\" >&2; "
-)
-_SEND_HEAD = (
-    _NAME_HEAD + '{ echo "$sha"; for b in "$@"; do echo "$b"; done | '
-    'git cat-file --batch-check="%(objectname) %(objecttype)" | '
-    'while read -r b t; do [ "$t" = commit ] && echo "^$b"; done; } '
-    "| git pack-objects --revs --stdout -q"
-)
-# Commits the index (git add --all first) with the message on stdin, then sends the commit,
-# less the objects of the commits named as arguments (which a workspace Keel cloned has, and
-# if it lacks one the pack fails and a push sends HEAD again the careful way, _SEND_HEAD).
-# "nothing to commit" (exit 1) goes to stderr with the rest of git commit's words.
-COMMIT_AND_SEND = (
-    "{ git add --all && git commit --quiet --no-verify -F - >&2; } || exit $?; "
-    + _NAME_HEAD
-    + '{ echo "$sha"; for b in "$@"; do echo "^$b"; done; } | git pack-objects --revs --stdout -q'
-)
-MAX_PACK_BYTES = 2 * 2**30
-INDEX_LIMITS = f"ulimit -v {2**30 // 1024} -t 600"  # 1 GiB, 10 CPU minutes
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """What a script that sends HEAD to the mirror did: its own result, and the commit it
-    named (empty when it named none) with its branch, and whether the mirror took it."""
-
-    result: ProcessResult
-    sha: str
-    branch: str
-    imported: bool
-    refusal: str = ""
-
-
-async def send_to_mirror(
-    ws: Path,
-    mirror: Path,
-    script: str,
-    *,
-    known: Sequence[str] = (),
-    stdin: bytes | None = None,
-    timeout_s: float = 900.0,
-) -> Sent:
-    """Run ``script`` (ending in ``_SEND_HEAD``) in the workspace's sandbox and stream the
-    pack it writes into Keel's mirror.
-
-    The workspace's git packs the objects inside the sandbox; the mirror's ``index-pack``
-    checks every object of that stream as it would a fetch's. No git of Keel's reads the
-    workspace's repository or its configuration. A sha the sandbox names but did not send is
-    not in the mirror, and a push of it fails there.
-    """
-    bases = [sha for sha in known if is_sha(sha)]
-    index = git_command(
-        [
-            "--git-dir",
-            str(mirror),
-            "index-pack",
-            "--stdin",
-            "--threads=1",
-            f"--max-input-size={MAX_PACK_BYTES}",
-        ]
-    )
-    # The pack is the sandbox's to write: a delta may claim any size. index-pack runs with
-    # a bounded address space and CPU time, so a small pack cannot take the host's memory.
-    limited = [host_program("bash"), "-c", f'{INDEX_LIMITS} && exec "$@"', "keel-limits"]
-    with _run_group() as group:
-        pack, env = await _workspace_command(ws, ["bash", "-c", script, "keel", *bases], group)
-        produced, indexed = await run_pipeline(
-            pack,
-            [*limited, *index.argv],
-            first_env=env,
-            second_env=index.env,
-            cwd=ws,
-            second_cwd=mirror,
-            stdin=stdin,
-            timeout_s=timeout_s,
-        )
-    heads = [line.split() for line in produced.stderr.splitlines() if line.startswith("keel-head ")]
-    sha, branch = (heads[-1][1], heads[-1][2][:255]) if heads and len(heads[-1]) == 3 else ("", "")
-    if not is_sha(sha):
-        sha, branch = "", ""
-    refusal = "" if indexed.ok else indexed.stderr.strip()[-500:]
-    return Sent(produced, sha, branch or "HEAD", produced.ok and indexed.ok and bool(sha), refusal)
-
-
-async def import_head(
-    ws: Path, mirror: Path, known: Sequence[str] = (), timeout_s: float = 900.0
-) -> str:
-    """Bring the workspace's HEAD commit into Keel's mirror and return its sha; ``known``
-    names commits the mirror has (the clone's), whose objects need not travel again."""
-    sent = await send_to_mirror(ws, mirror, _SEND_HEAD, known=known, timeout_s=timeout_s)
-    if not sent.result.ok or not sent.sha:
-        problem = sent.result.stderr.strip()[-500:]
-        raise Permanent(f"could not pack the workspace's HEAD: {problem}")
-    if not sent.imported:
-        raise Permanent(f"the workspace's objects were refused: {sent.refusal}")
-    return sent.sha
-
-
-async def in_mirror(mirror: Path, sha: str) -> bool:
-    """The mirror holds commit ``sha`` (so its objects came through index-pack)."""
-    if not is_sha(sha):
-        return False
-    found = await git(["--git-dir", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"])
-    return found.ok
 
 
 _REF = re.compile(r"refs/heads/[A-Za-z0-9._/+,=@-]{1,200}")

@@ -1,9 +1,9 @@
 """The one place where Keel's workspace code runs a child process (git, probes, launchers).
 
-Everything blocking about a subprocess is done here with asyncio, so callers never touch
-``subprocess`` themselves and a slow git never stalls the event loop. What a child prints is
-kept only up to ``OUTPUT_LIMIT`` bytes a stream (its head and its tail): the child may be
-sandboxed repository code, and Keel's memory is not its to fill.
+Everything blocking about a subprocess is done here with asyncio (or in a thread), so callers
+never touch ``subprocess`` themselves and a slow git never stalls the event loop. What a child
+prints is kept only up to ``OUTPUT_LIMIT`` bytes a stream (its head and its tail): the child
+may be sandboxed repository code, and Keel's memory is not its to fill.
 """
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from runtime.errors import Retryable
 
@@ -59,54 +62,128 @@ async def run_process(
     return ProcessResult(tuple(argv), _code(proc), out, err)
 
 
+class Waiting:
+    """A process started before it is needed, blocked reading its stdin until
+    ``run_pipeline`` hands it its work: its start-up (a sandbox's, say) is then off the path
+    of whoever waits for the result. Its stdout is a pipe whose read end becomes the stdin of
+    the process it feeds. Started with ``subprocess`` rather than asyncio, so that it belongs
+    to no event loop and may be used from whichever one runs later."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]) -> None:
+        self.argv = tuple(argv)
+        read_end, write_end = os.pipe()
+        try:
+            self.popen = subprocess.Popen(
+                self.argv,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.PIPE,
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        self._output: int | None = read_end
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def take_output(self) -> int:
+        """The read end of its stdout, once: the caller hands it on and closes it."""
+        fd = self._output
+        if fd is None:
+            raise RuntimeError("the output of this process was taken already")
+        self._output = None
+        return fd
+
+    def discard(self) -> None:
+        """Stop it: its stdin reaches its end, it is killed, and it is reaped aside."""
+        if self._output is not None:
+            os.close(self.take_output())
+        for stream in (self.popen.stdin, self.popen.stderr):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.kill()
+        threading.Thread(target=self.popen.wait, daemon=True).start()
+
+    async def talk(self, stdin: bytes) -> str:
+        """Give it ``stdin`` (then its end), read its stderr (bounded) and wait for it."""
+        popen = self.popen
+        assert popen.stdin is not None and popen.stderr is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), popen.stderr
+        )
+        try:
+            _, err, _ = await asyncio.gather(
+                asyncio.to_thread(_feed, popen.stdin, stdin),
+                _bounded(reader),
+                asyncio.to_thread(popen.wait),
+            )
+        finally:
+            transport.close()
+        return err
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.kill()
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, ValueError), stream:
+        stream.write(data)
+
+
 async def run_pipeline(
-    first: Sequence[str],
+    first: Sequence[str] | Waiting,
     second: Sequence[str],
     *,
-    first_env: Mapping[str, str],
+    first_env: Mapping[str, str] | None = None,
     second_env: Mapping[str, str],
     cwd: Path | None = None,
     second_cwd: Path | None = None,
-    stdin: bytes | None = None,
+    stdin: bytes = b"",
     timeout_s: float = 300.0,
 ) -> tuple[ProcessResult, ProcessResult]:
     """``first | second``, with no shell: bytes stream from one to the other without being
-    held here, and each side keeps its own environment (the sandboxed side gets no secret)."""
-    read_end, write_end = os.pipe()
+    held here, and each side keeps its own environment (the sandboxed side gets no secret).
+    ``first`` may have been started already (``Waiting``), or is started now."""
+    producer = (
+        first if isinstance(first, Waiting) else Waiting(first, cwd=cwd, env=first_env or {})
+    )
+    output = producer.take_output()
     try:
-        producer = await asyncio.create_subprocess_exec(
-            *first,
-            cwd=cwd,
-            env=dict(first_env),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=write_end,
+        consumer = await asyncio.create_subprocess_exec(
+            *second,
+            cwd=second_cwd,
+            env=dict(second_env),
+            stdin=output,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        try:
-            consumer = await asyncio.create_subprocess_exec(
-                *second,
-                cwd=second_cwd,
-                env=dict(second_env),
-                stdin=read_end,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except BaseException:
-            await _kill(producer)
-            raise
+    except BaseException:
+        producer.discard()
+        raise
     finally:
-        os.close(read_end)
-        os.close(write_end)
+        os.close(output)
     try:
-        (_, first_err), (out, err) = await asyncio.wait_for(
-            asyncio.gather(_talk(producer, stdin), _talk(consumer, None)), timeout_s
+        first_err, (out, err) = await asyncio.wait_for(
+            asyncio.gather(producer.talk(stdin), _talk(consumer, None)), timeout_s
         )
     except TimeoutError:
-        for proc in (producer, consumer):
-            await _kill(proc)
-        raise Retryable(f"{first[0]} | {second[0]} ran past {timeout_s:.0f}s") from None
+        producer.kill()
+        await _kill(consumer)
+        raise Retryable(f"{producer.argv[0]} | {second[0]} ran past {timeout_s:.0f}s") from None
+    code = producer.popen.returncode
     return (
-        ProcessResult(tuple(first), _code(producer), "", first_err),
+        ProcessResult(producer.argv, code if code is not None else -1, "", first_err),
         ProcessResult(tuple(second), _code(consumer), out, err),
     )
 

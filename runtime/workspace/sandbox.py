@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.errors import ConfigError
+from runtime.workspace import cgroups
 from runtime.workspace.process import run_process
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
@@ -244,23 +245,25 @@ def _forbidden(root: Path) -> bool:
 
 
 def _within(path: Path, roots: Iterable[str]) -> bool:
-    resolved = path.resolve()
-    for root in roots:
-        base = Path(root).resolve()
-        if resolved == base or base in resolved.parents:
-            return True
-    return False
+    return _under(os.path.realpath(path), [os.path.realpath(root) for root in roots])
+
+
+def _under(resolved: str, bases: Sequence[str]) -> bool:
+    """``resolved`` is one of ``bases`` or inside one (all absolute and already resolved)."""
+    return any(
+        resolved == base or resolved.startswith(base.rstrip("/") + "/") for base in bases
+    )
 
 
 def _masks(paths: Iterable[Path], visible: Iterable[str]) -> list[str]:
     """Over-mount each existing path that would otherwise be visible: a directory with an
     empty tmpfs, a file with ``/dev/null``."""
-    roots = list(visible)
+    bases = [os.path.realpath(root) for root in visible]  # once: a launch checks many paths
     args: list[str] = []
     for path in paths:
         if not path.is_absolute() or not (path.exists() or path.is_symlink()):
             continue
-        if not _within(path, roots):
+        if not _under(os.path.realpath(path), bases):
             continue
         args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
     return args
@@ -307,10 +310,15 @@ def confined(
     *,
     hidden: Iterable[Path] = (),
     limits: Limits = Limits(),
+    group: Path | None = None,
 ) -> list[str]:
     """``argv`` in the narrowest sandbox: the system directories, the workspace and its
-    ``/tmp``, no network, the same resource limits and hidden files as a command's. For
-    Keel's own git in a workspace, which needs no toolchain."""
+    ``/tmp``, no network, the same resource limits and hidden files as a command's, inside
+    the process-count ``group`` when there is one. For Keel's own git in a workspace, which
+    needs no toolchain.
+
+    One shell on the host joins the group and sets the limits, then becomes bubblewrap: the
+    sandbox and all it starts inherit both (a shell per launch is a few milliseconds)."""
     state = WorkspaceState(workspace).ensure()
     ensure_real_dir(workspace)
     ws = str(workspace.absolute())
@@ -322,10 +330,16 @@ def confined(
     args += [*NAMESPACES, "--unshare-net", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
-    ulimits = Sandbox(limits=limits).ulimits()
-    if ulimits:
-        argv = ["bash", "-c", f'{ulimits} && exec "$@"', "keel-limits", *argv]
-    return [*args, "--", *argv]
+    line = f"{cgroups.join_line(group)} 2>/dev/null; " if group is not None else ""
+    if ulimits := Sandbox(limits=limits).ulimits():
+        line += f"{ulimits} && "
+    line += 'exec "$@"'
+    return [host_program("bash"), "-c", line, "keel-sandbox", *args, "--", *argv]
+
+
+def etc_version() -> tuple[float, ...]:
+    """Changes whenever the set of files ``host_secrets`` masks may have changed."""
+    return _etc_version()
 
 
 def host_secrets() -> list[Path]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from runtime.errors import ConfigError, NotFound, Retryable
 from runtime.workspace.git import check_repo_url, git, uses_https, workspace_git
+from runtime.workspace.mirror import retire_senders
 from runtime.workspace.sandbox import Sandbox, SandboxMode
 from runtime.workspace.state import STATE_FOLDER, WorkspaceState, is_real_dir
 
@@ -92,6 +93,7 @@ class Workspaces:
                 )
                 kept.parent.mkdir(parents=True, exist_ok=True)
                 path.rename(kept)
+            retire_senders(path)
             for stale in (path, state.root):
                 if stale.exists() or stale.is_symlink():
                     log.warning("workspace %s is invalid for %s; recreating", path, spec.repo_url)

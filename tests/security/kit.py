@@ -263,6 +263,22 @@ GIT_ENV = {
 }
 
 
+async def plant_filter(sandbox: Sandbox, ws: Path, name: str, program: str) -> None:
+    """What a hostile command does: a clean filter ``name`` for ``*.txt``, running the shell
+    ``program`` (shipped in the workspace), configured in the workspace's ``.git/config``."""
+    files = {".gitattributes": f"*.txt filter={name}\n", f".attack/{name}.sh": program}
+    plant = "\n".join(
+        [
+            "set -e",
+            write_files_sh(files, [f".attack/{name}.sh"]),
+            git_config_sh([(f"filter.{name}.clean", f"sh {ws}/.attack/{name}.sh")]),
+            "echo planted",
+        ]
+    )
+    planted = await run(sandbox, ws, plant)
+    assert "planted" in planted.output, planted.output
+
+
 def git_sh(*args: str, cwd: Path | None = None, check: bool = True) -> str:
     """The test's own git, only ever in repositories the test made."""
     done = subprocess.run(

@@ -26,13 +26,12 @@ from tests.security.kit import (
     CANARY,
     assert_clean,
     context,
-    git_config_sh,
     make_origin,
     new_workspace,
+    plant_filter,
     run,
     settle,
     streams,
-    write_files_sh,
 )
 
 
@@ -40,17 +39,7 @@ async def _commit_with_filter(ws: Path, workspaces: Workspaces, filter_sh: str) 
     """Plant a clean filter (the program ``filter_sh``) with a sandboxed command, change a
     file, and let Keel's git_commit run it (inside Keel's *confined* sandbox); the output of
     git_commit."""
-    files = {".gitattributes": "*.txt filter=rt\n", ".attack/f.sh": filter_sh}
-    plant = "\n".join(
-        [
-            "set -e",
-            write_files_sh(files, [".attack/f.sh"]),
-            git_config_sh([("filter.rt.clean", f"sh {ws}/.attack/f.sh")]),
-            "echo planted",
-        ]
-    )
-    planted = await run(workspaces.sandbox, ws, plant)
-    assert "planted" in planted.output, planted.output
+    await plant_filter(workspaces.sandbox, ws, "rt", filter_sh)
     await settle(WriteFile(), {"path": "x.txt", "content": "x\n"}, context(ws))
     committed = await settle(GitCommit(), {"message": "m"}, context(ws))
     return committed.output

@@ -26,17 +26,14 @@ from runtime.evidence import EvidenceItem, Strength
 from runtime.tools.base import Completed, Effect, Started, ToolContext, Unknown
 from runtime.tools.devbox.calls import ToolArgs, prepare, refused, schema
 from runtime.workspace.git import (
-    COMMIT_AND_SEND,
     git,
     head_named_by_files,
-    import_head,
-    in_mirror,
     is_sha,
-    send_to_mirror,
     uses_https,
     workspace_git,
     workspace_run,
 )
+from runtime.workspace.mirror import COMMIT_AND_SEND, import_head, in_mirror, send_to_mirror
 from runtime.workspace.state import WorkspaceState, read_no_follow
 
 IMPORTED = "imported"  # beside mirror.git: the last commit sent into it

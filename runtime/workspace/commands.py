@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.workspace import cgroups
-from runtime.workspace.process import run_process
+from runtime.workspace.process import descendants, run_process
 from runtime.workspace.sandbox import Sandbox, host_program
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
@@ -229,31 +229,6 @@ def kill_tree(pid: int) -> None:
     for child in below:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid``, parents before children, read from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (parent := _parent_pid(entry)) is not None:
-            children.setdefault(parent, []).append(int(entry.name))
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        below = children.get(frontier.pop(), [])
-        found.extend(below)
-        frontier.extend(below)
-    return found
-
-
-def _parent_pid(proc_entry: Path) -> int | None:
-    try:
-        stat = (proc_entry / "stat").read_text()
-    except OSError:  # the process ended while we looked
-        return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after it.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[1]) if len(fields) > 1 else None
 
 
 def wrapper_alive(run: CommandRun, pid: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -108,8 +109,7 @@ class Waiting:
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.kill()
+        kill_below(self.popen.pid)
         threading.Thread(target=self.popen.wait, daemon=True).start()
 
     async def talk(self, stdin: bytes) -> str:
@@ -132,8 +132,7 @@ class Waiting:
         return err
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.kill()
+        kill_below(self.popen.pid)
 
 
 def _feed(stream: IO[bytes], data: bytes) -> None:
@@ -227,9 +226,42 @@ async def _bounded(stream: asyncio.StreamReader | None, limit: int = OUTPUT_LIMI
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+    kill_below(proc.pid)
     await proc.wait()
+
+
+def kill_below(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it: a sandbox's processes are below bubblewrap,
+    and a killed bubblewrap alone would leave them running. The tree is read first, because a
+    killed parent's children are reparented out of it."""
+    for target in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, parents before children, read from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (parent := _parent_pid(entry)) is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found.extend(below)
+        frontier.extend(below)
+    return found
+
+
+def _parent_pid(proc_entry: Path) -> int | None:
+    try:
+        stat = (proc_entry / "stat").read_text()
+    except OSError:  # the process ended while we looked
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after it.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _code(proc: asyncio.subprocess.Process) -> int:

@@ -1,0 +1,46 @@
+"""``run_pipeline``: a producer started ahead (``Waiting``) or now, streaming into a consumer,
+and a timeout that leaves nothing of either running, however deep the producer's tree."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from runtime.errors import Retryable
+from runtime.workspace.process import Waiting, descendants, run_pipeline
+
+
+async def test_a_waiting_producer_gets_its_input_and_streams_into_the_consumer() -> None:
+    waiting = Waiting(["bash", "-c", "read -r n && tr a-z A-Z"], cwd=None, env=os.environ)
+    produced, consumed = await run_pipeline(
+        waiting, ["wc", "-c"], second_env=os.environ, stdin=b"3\nhello\n", timeout_s=30
+    )
+    assert produced.ok and consumed.ok
+    assert consumed.stdout.strip() == "6"  # "HELLO\n": the first line was the producer's own
+
+
+async def test_a_timeout_kills_the_producers_whole_tree() -> None:
+    tag = f"keel-test-{uuid.uuid4().hex}"
+    # The producer's child ignores its input and outlives a kill of its parent alone.
+    script = f"bash -c 'exec -a {tag} sleep 300' & exec -a {tag}-parent sleep 300"
+    waiting = Waiting(["bash", "-c", script], cwd=None, env=os.environ)
+    pid = waiting.popen.pid
+    with pytest.raises(Retryable):
+        await run_pipeline(waiting, ["cat"], second_env=os.environ, stdin=b"", timeout_s=1)
+    waiting.popen.wait(timeout=10)
+    left = [p for p in _all_pids() if tag in _cmdline(p)]
+    assert left == [], f"still running after the timeout: {left} (below {pid}: {descendants(pid)})"
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

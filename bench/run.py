@@ -152,12 +152,14 @@ NOTES = {
         "of tens of ms on top of the test run; polls are every 10 ms in this benchmark."
     ),
     "sandbox_git_commit_push_ms": (
-        "git_commit is one sandboxed script (bubblewrap, git add, commit, rev-parse, then "
-        "pack-objects of the new commit streamed into the mirror's index-pack); git_push "
-        "finds that commit in the mirror (.git/HEAD read as data, no sandbox), pushes from "
-        "the mirror and reads the branch back with ls-remote (~6 ms). The bare baseline is "
-        "two git processes (commit, push), so the sandbox launch, the pack hand-off and the "
-        "read-back are what the ratio pays for."
+        "git_commit is one sandboxed script (git add, commit, HEAD read with shell builtins, "
+        "then pack-objects of the new commit streamed into the mirror's index-pack), run by a "
+        "sandbox the previous send started ahead for the workspace, so bubblewrap's start-up "
+        "(~6 ms) is off the path; git_push finds that commit in the mirror (.git/HEAD read "
+        "as data, no sandbox), pushes from the mirror and reads the branch back with "
+        "ls-remote (~5 ms). The bare baseline is two git processes (commit, push), so the "
+        "pack hand-off and the read-back are what the ratio pays for (2.6 before the "
+        "sandbox was started ahead)."
     ),
     "worker_cpu_ms_per_phase": (
         "Process CPU of the worker ÷ phases: SQLAlchemy and the driver per statement, and "

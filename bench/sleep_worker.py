@@ -14,11 +14,13 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from adapters.assembly import Keel
 from adapters.config import load_config
+from runtime.config import AgentConfig
 from runtime.tools.base import Completed, Effect, Pending, Started, Tool, ToolContext, Unknown
 
 SLEEP_S = 0.05
@@ -53,8 +55,12 @@ class Sleep:
 class SleepKeel(Keel):
     effects: Path
 
-    def _tools(self) -> dict[str, Tool]:
-        return {**super()._tools(), "sleep": Sleep(self.effects)}
+    def _agent_tools(
+        self, agents: Mapping[str, AgentConfig]
+    ) -> tuple[dict[str, Tool], dict[str, dict[str, Tool]]]:
+        common, by_agent = super()._agent_tools(agents)
+        sleep: Tool = Sleep(self.effects)
+        return {**common, "sleep": sleep}, {n: {**t, "sleep": sleep} for n, t in by_agent.items()}
 
 
 async def run(config_path: str, effects: Path) -> None:

@@ -20,11 +20,13 @@ import functools
 import logging
 import os
 import shlex
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 PIDS_MAX = 1024
+_SWEEP_AFTER_S = 2.0  # far longer than a wrapper takes to join its new group
 _V1 = Path("/sys/fs/cgroup/pids")
 _V2 = Path("/sys/fs/cgroup")
 
@@ -85,14 +87,18 @@ def leave_line(group: Path | None) -> str:
 
 
 def sweep() -> None:
-    """Remove every group of Keel's that no process is in any more (best effort)."""
+    """Remove every group of Keel's that no process is in any more (best effort), except
+    those made in the last ``_SWEEP_AFTER_S``: a group is empty between its making and the
+    moment its process joins it, and one swept then would leave that process uncapped."""
     parent = _parent()
     if parent is None:
         return
+    settled = time.time() - _SWEEP_AFTER_S
     with contextlib.suppress(OSError):
         for group in parent.iterdir():
-            if group.is_dir():
-                remove_group(group)
+            with contextlib.suppress(OSError):
+                if group.is_dir() and group.stat().st_mtime < settled:
+                    remove_group(group)
 
 
 def existing_group(name: str) -> Path | None:

@@ -79,6 +79,7 @@ _READ_REQUEST = (
     'set --; for ((i = 0; i < n; i++)); do IFS= read -r -d "" a || exit 97; set -- "$@" "$a"; '
     'done; eval "$script"'
 )
+_NO_REQUEST = 97
 SENDERS_MAX = 8
 SENDER_IDLE_S = 300.0
 
@@ -133,18 +134,23 @@ async def send_to_mirror(
     # a bounded address space and CPU time, so a small pack cannot take the host's memory.
     limited = [host_program("bash"), "-c", f'{INDEX_LIMITS} && exec "$@"', "keel-limits"]
     request = b"".join(f"{part}\0".encode() for part in (script, len(bases), *bases)) + stdin
-    sender = await _sender(ws)
-    try:
-        produced, indexed = await run_pipeline(
-            sender.process,
-            [*limited, *index.argv],
-            second_env=index.env,
-            second_cwd=mirror,
-            stdin=request,
-            timeout_s=timeout_s,
-        )
-    finally:
-        cgroups.remove_group(sender.group)
+    for fresh in (False, True):
+        # A sender started ahead that ended before it read its request (exit 97, nothing
+        # said) did nothing: the send is made once more, by a sandbox started now.
+        sender = await (_new_sender(ws, None) if fresh else _sender(ws))
+        try:
+            produced, indexed = await run_pipeline(
+                sender.process,
+                [*limited, *index.argv],
+                second_env=index.env,
+                second_cwd=mirror,
+                stdin=request,
+                timeout_s=timeout_s,
+            )
+        finally:
+            cgroups.remove_group(sender.group)
+        if produced.returncode != _NO_REQUEST or produced.stderr.strip():
+            break
     await _start_next(ws)
     heads = [line.split() for line in produced.stderr.splitlines() if line.startswith("keel-head ")]
     sha, branch = (heads[-1][1], heads[-1][2][:255]) if heads and len(heads[-1]) == 3 else ("", "")
@@ -220,9 +226,13 @@ async def _new_sender(ws: Path, built_from: tuple[object, ...] | None) -> _Sende
 
 
 async def _start_next(ws: Path) -> None:
-    """Start the sender of ``ws``'s next send now (best effort: the send starts one itself)."""
+    """Start the sender of ``ws``'s next send now (best effort: the send starts one itself).
+    Not when the workspace's folders are gone: making a sandbox would make them again."""
+    built_from = _built_from(ws)
+    if built_from is None:
+        return
     try:
-        sender = await _new_sender(ws, _built_from(ws))
+        sender = await _new_sender(ws, built_from)
     except (OSError, KeelError) as e:
         log.info("no sender started ahead for %s: %s", ws, e)
         return

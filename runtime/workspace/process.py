@@ -68,7 +68,8 @@ class Waiting:
     ``run_pipeline`` hands it its work: its start-up (a sandbox's, say) is then off the path
     of whoever waits for the result. Its stdout is a pipe whose read end becomes the stdin of
     the process it feeds. Started with ``subprocess`` rather than asyncio, so that it belongs
-    to no event loop and may be used from whichever one runs later."""
+    to no event loop and may be used from whichever one runs later; talking to it holds no
+    thread (its stdin is written without blocking, its end is seen through a pidfd)."""
 
     def __init__(self, argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]) -> None:
         self.argv = tuple(argv)
@@ -102,15 +103,22 @@ class Waiting:
         return fd
 
     def discard(self) -> None:
-        """Stop it: its stdin reaches its end, it is killed, and it is reaped aside."""
+        """Stop it: its stdin reaches its end, it and all below it are killed, and it is
+        reaped aside."""
         if self._output is not None:
             os.close(self.take_output())
         for stream in (self.popen.stdin, self.popen.stderr):
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
-        kill_below(self.popen.pid)
+        self.kill()
         threading.Thread(target=self.popen.wait, daemon=True).start()
+
+    def kill(self) -> None:
+        """SIGKILL it and everything below it, while it has not been reaped (after that its
+        pid may name another process)."""
+        if self.popen.returncode is None:
+            kill_below(self.popen.pid)
 
     async def talk(self, stdin: bytes) -> str:
         """Give it ``stdin`` (then its end), read its stderr (bounded) and wait for it."""
@@ -123,21 +131,62 @@ class Waiting:
         )
         try:
             _, err, _ = await asyncio.gather(
-                asyncio.to_thread(_feed, popen.stdin, stdin),
-                _bounded(reader),
-                asyncio.to_thread(popen.wait),
+                _write_all(popen.stdin, stdin), _bounded(reader), _ended(popen)
             )
         finally:
             transport.close()
         return err
 
-    def kill(self) -> None:
-        kill_below(self.popen.pid)
+
+async def _write_all(stream: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to a pipe without blocking the loop, then close it; a reader that went
+    away ends the writing."""
+    fd = stream.fileno()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                await _ready(fd, writable=True)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        stream.close()
 
 
-def _feed(stream: IO[bytes], data: bytes) -> None:
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError, ValueError), stream:
-        stream.write(data)
+async def _ended(popen: subprocess.Popen[bytes]) -> int:
+    """Wait for ``popen`` to end, on the loop (its pidfd turns readable), then reap it."""
+    try:
+        fd = os.pidfd_open(popen.pid)
+    except ProcessLookupError:  # reaped already
+        return popen.wait()
+    try:
+        if popen.poll() is None:
+            await _ready(fd, writable=False)
+    finally:
+        os.close(fd)
+    return popen.wait()
+
+
+async def _ready(fd: int, *, writable: bool) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    add, remove = (loop.add_writer, loop.remove_writer) if writable else (
+        loop.add_reader,
+        loop.remove_reader,
+    )
+    add(fd, wake)
+    try:
+        await ready
+    finally:
+        remove(fd)
 
 
 async def run_pipeline(
@@ -176,10 +225,14 @@ async def run_pipeline(
         first_err, (out, err) = await asyncio.wait_for(
             asyncio.gather(producer.talk(stdin), _talk(consumer, None)), timeout_s
         )
-    except TimeoutError:
+    except BaseException as e:  # a timeout, and also a cancellation: nothing is left running
         producer.kill()
-        await _kill(consumer)
-        raise Retryable(f"{producer.argv[0]} | {second[0]} ran past {timeout_s:.0f}s") from None
+        if consumer.returncode is None:
+            consumer.kill()
+        if isinstance(e, TimeoutError):
+            await consumer.wait()
+            raise Retryable(f"{producer.argv[0]} | {second[0]} ran past {timeout_s:.0f}s") from None
+        raise
     code = producer.popen.returncode
     return (
         ProcessResult(producer.argv, code if code is not None else -1, "", first_err),
@@ -226,7 +279,8 @@ async def _bounded(stream: asyncio.StreamReader | None, limit: int = OUTPUT_LIMI
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
-    kill_below(proc.pid)
+    if proc.returncode is None:  # not reaped yet: its pid is still its own
+        kill_below(proc.pid)
     await proc.wait()
 
 

@@ -3,6 +3,7 @@ and a timeout that leaves nothing of either running, however deep the producer's
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 
@@ -44,3 +45,39 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+async def test_a_cancelled_pipeline_leaves_nothing_running() -> None:
+    """Keel stopping (its task cancelled) mid-send ends the producer's tree too: a sandbox
+    that never exits would otherwise outlive Keel, and hold its shutdown."""
+    tag = f"keel-test-{uuid.uuid4().hex}"
+    script = f"bash -c 'exec -a {tag} sleep 300' & exec -a {tag}-parent sleep 300"
+    waiting = Waiting(["bash", "-c", script], cwd=None, env=os.environ)
+    running = asyncio.create_task(
+        run_pipeline(waiting, ["cat"], second_env=os.environ, stdin=b"", timeout_s=60)
+    )
+    await asyncio.sleep(0.5)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    waiting.popen.wait(timeout=10)
+    assert [p for p in _all_pids() if tag in _cmdline(p)] == []
+
+
+async def test_pipelines_in_flight_hold_no_thread_of_the_loop() -> None:
+    """Many sends waiting on slow sandboxes leave the loop's default executor free (model
+    calls resolve names there): none of them holds a thread while it waits."""
+    slow = [
+        Waiting(["bash", "-c", "sleep 2; cat"], cwd=None, env=os.environ) for _ in range(40)
+    ]
+    sends = [
+        asyncio.create_task(
+            run_pipeline(w, ["cat"], second_env=os.environ, stdin=b"x" * 200_000, timeout_s=30)
+        )
+        for w in slow
+    ]
+    await asyncio.sleep(0.2)
+    async with asyncio.timeout(1.5):  # well before the slow sends end
+        assert await asyncio.to_thread(lambda: "free") == "free"
+    results = await asyncio.gather(*sends)
+    assert all(p.ok and c.ok for p, c in results)

@@ -1,6 +1,6 @@
 """The one place where Keel's workspace code runs a child process (git, probes, launchers).
 
-Everything blocking about a subprocess is done here with asyncio (or in a thread), so callers
+Everything blocking about a subprocess is done here with asyncio, so callers
 never touch ``subprocess`` themselves and a slow git never stalls the event loop. What a child
 prints is kept only up to ``OUTPUT_LIMIT`` bytes a stream (its head and its tail): the child
 may be sandboxed repository code, and Keel's memory is not its to fill.
@@ -190,22 +190,17 @@ async def _ready(fd: int, *, writable: bool) -> None:
 
 
 async def run_pipeline(
-    first: Sequence[str] | Waiting,
+    producer: Waiting,
     second: Sequence[str],
     *,
-    first_env: Mapping[str, str] | None = None,
     second_env: Mapping[str, str],
-    cwd: Path | None = None,
     second_cwd: Path | None = None,
     stdin: bytes = b"",
     timeout_s: float = 300.0,
 ) -> tuple[ProcessResult, ProcessResult]:
-    """``first | second``, with no shell: bytes stream from one to the other without being
+    """``producer | second``, with no shell: bytes stream from one to the other without being
     held here, and each side keeps its own environment (the sandboxed side gets no secret).
-    ``first`` may have been started already (``Waiting``), or is started now."""
-    producer = (
-        first if isinstance(first, Waiting) else Waiting(first, cwd=cwd, env=first_env or {})
-    )
+    The producer was started already and gets ``stdin`` now."""
     output = producer.take_output()
     try:
         consumer = await asyncio.create_subprocess_exec(

@@ -337,11 +337,6 @@ def confined(
     return [host_program("bash"), "-c", line, "keel-sandbox", *args, "--", *argv]
 
 
-def etc_version() -> tuple[float, ...]:
-    """Changes whenever the set of files ``host_secrets`` masks may have changed."""
-    return _etc_version()
-
-
 def host_secrets() -> list[Path]:
     """What the host hides from other users under ``/etc``, masked in every sandbox: the
     known secrets, and every file or folder there that is not world-readable (a sandbox run
@@ -349,11 +344,11 @@ def host_secrets() -> list[Path]:
     return [
         *map(Path, ETC_SECRETS),
         *Path("/etc/ssh").glob("ssh_host_*key"),
-        *_private_etc(_etc_version()),
+        *_private_etc(etc_version()),
     ]
 
 
-def _etc_version() -> tuple[float, ...]:
+def etc_version() -> tuple[float, ...]:
     """Changes when an entry is added to ``/etc`` or to one of its folders (their mtimes),
     so a root-only file created there after Keel started is masked too."""
     stamps = [os.stat("/etc").st_mtime]

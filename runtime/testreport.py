@@ -36,7 +36,11 @@ _PYTEST_WORDS = {
 _JUNIT_TEXT = re.compile(
     r"Tests run: (\d+), Failures: (\d+), Errors: (\d+), Skipped: (\d+)(?!.*\bin\b)"
 )
-_TEST_COMMAND = re.compile(r"\b(pytest|py\.test|tox|nox|mvn|gradlew?|junit)\b")
+_TEST_COMMAND = re.compile(
+    r"\b(pytest|py\.test|tox|nox|mvn|gradlew?|junit|jest|vitest|mocha|rspec)\b"
+    r"|\b(npm|yarn|pnpm|bun)\s+(run\s+)?test\b"
+    r"|\b(go|cargo|make|dotnet|mix|deno)\s+test\b"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
-from runtime.config import AgentConfig
+from runtime.config import AgentConfig, WorkspaceConfig
 from runtime.errors import Permanent
 from runtime.executor.accounting import Accounting
 from runtime.executor.context import ExecutorContext
@@ -54,7 +54,10 @@ from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
 from runtime.worker import Worker
 from runtime.workspace import Workspaces
+from runtime.workspace.egress import Egress
+from runtime.workspace.envcache import EnvCache
 from runtime.workspace.paths import PathRefused, read_inside_text
+from runtime.workspace.setup import Setups
 
 if TYPE_CHECKING:
     from adapters.github.webhook import GitHubWebhook
@@ -137,13 +140,15 @@ class Keel:
             cfg.workspace.root,
             cfg.workspace.sandbox,
             readonly_paths=cfg.workspace.readonly_paths,
-            hidden=_keel_files(cfg, url),
+            hidden=[*_keel_files(cfg, url), cfg.workspace.cache_root.absolute()],
         )
+        self.env_cache = env_cache(cfg.workspace)
         self.checkouts = Checkouts(
             self.workspaces,
             cfg.workspace.repositories,
             self.scheduler,
             allow=cfg.github.repositories,
+            setups=Setups(self.workspaces.sandbox, self.env_cache),
         )
         self.reporting = ReportingPolicy(
             ack=cfg.reporting.ack,
@@ -255,6 +260,7 @@ class Keel:
             context_sources=(RepoGuidance(self.checkouts),),
             briefing=self.briefing,
             workspace_for=self.checkouts.workspace_for,
+            prepare_workspace=self.checkouts.prepare,
             observe_phase=self.metrics.observe_phase,
             window=Window(
                 context_window=cfg.model.context_window,
@@ -317,18 +323,20 @@ class Keel:
                 )
             )
 
-        def built(network: bool, protected: bool) -> dict[str, Tool]:
-            sandbox = replace(self.workspaces.sandbox, network=True) if network else (
-                self.workspaces.sandbox
+        def built(agent: AgentConfig | None) -> dict[str, Tool]:
+            sandbox = replace(
+                self.workspaces.sandbox, egress=agent.egress() if agent else Egress("off")
             )
-            devbox = devbox_tools(sandbox, allow_protected=protected, credentials=self.checkouts)
+            devbox = devbox_tools(
+                sandbox,
+                allow_protected=agent.allow_protected_push if agent else False,
+                credentials=self.checkouts,
+                secrets=self.checkouts.agent_secrets,
+            )
             return {tool.name: tool for tool in (*devbox, *common)}
 
-        by_agent = {
-            name: built(agent.allow_network, agent.allow_protected_push)
-            for name, agent in agents.items()
-        }
-        return built(False, False), by_agent
+        by_agent = {name: built(agent) for name, agent in agents.items()}
+        return built(None), by_agent
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -386,8 +394,26 @@ def _secret_values(cfg: AppConfig) -> list[str | None]:
         cfg.model.api_key,
         cfg.server.admin_token,
         *(repo.token for repo in cfg.workspace.repositories.values()),
+        *(
+            secret.value
+            for repo in cfg.workspace.repositories.values()
+            for secret in repo.secrets.values()
+        ),
     ]
     return [s.get_secret_value() if s is not None else None for s in secrets]
+
+
+def env_cache(workspace: WorkspaceConfig) -> EnvCache | None:
+    """The cached environments, or None when the cache is off."""
+    cache = workspace.cache
+    if not cache.enabled:
+        return None
+    return EnvCache(
+        workspace.cache_root,
+        max_bytes=cache.max_bytes,
+        max_age_s=cache.max_age_s,
+        restore=cache.restore,
+    )
 
 
 def _keel_files(cfg: AppConfig, database_url: str) -> list[Path]:

@@ -24,6 +24,8 @@ from runtime.store import links
 from runtime.store.records import Task
 from runtime.threads import GitHubIssue
 from runtime.workspace import Workspaces, WorkspaceSpec
+from runtime.workspace.egress import PACKAGE_REGISTRIES, Egress
+from runtime.workspace.setup import SetupDefinition, SetupReport, Setups, Started
 
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
 
@@ -54,12 +56,14 @@ class Checkouts:
         *,
         host: RepositoryHost | None = None,
         allow: Sequence[str] = (),
+        setups: Setups | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.repositories = repositories
         self.scheduler = scheduler
         self.host = host
         self.allow = tuple(allow)
+        self.setups = setups
         self._paths: dict[str, Path] = {}
         self._repos: dict[str, str | None] = {}
 
@@ -82,6 +86,38 @@ class Checkouts:
         self._paths[task.root_id] = path
         return path
 
+    async def prepare(self, task: Task, started: Started | None = None) -> SetupReport | None:
+        """The task's workspace, set up once (``runtime.workspace.setup``); None when the task
+        has no workspace or setup steps are off."""
+        path = await self.workspace_for(task)
+        key = await self._repo_of(task.task_id)
+        if path is None or key is None or self.setups is None:
+            return None
+        return await self.setups.prepare(path, self.setup_definition(key), started)
+
+    def setup_definition(self, key: str) -> SetupDefinition:
+        """How repository ``key`` is set up: its configuration, else the defaults (the
+        repository's own script, the package registries, no secrets)."""
+        repo = self.repositories.get(key)
+        if repo is None:
+            return SetupDefinition(key, egress=Egress("allowlist", PACKAGE_REGISTRIES))
+        return SetupDefinition(
+            key,
+            command=repo.setup,
+            timeout_s=repo.setup_timeout_s,
+            maintenance=repo.maintenance,
+            egress=Egress(repo.network, repo.allow if repo.network == "allowlist" else ()),
+            secrets={name: s.value.get_secret_value() for name, s in repo.secrets.items()},
+        )
+
+    async def agent_secrets(self, task_id: str) -> dict[str, str]:
+        """The repository's secrets its agent's commands may see (``agent: true``)."""
+        key = await self._repo_of(task_id)
+        repo = self.repositories.get(key) if key else None
+        if repo is None:
+            return {}
+        return {n: s.value.get_secret_value() for n, s in repo.secrets.items() if s.agent}
+
     async def _pull_branch(self, root: Task) -> str | None:
         """A task that began on a pull request a task opened works on that pull request's
         branch, so its pushes follow the branch instead of starting over from the default."""
@@ -95,14 +131,18 @@ class Checkouts:
 
     async def git_token(self, task_id: str, remote_url: str) -> str | None:
         """The token for the task's repository, fresh enough for the push about to happen."""
+        key = await self._repo_of(task_id)
+        return await self._token(key) if key else None
+
+    async def _repo_of(self, task_id: str) -> str | None:
+        """The repository key of the task's root (remembered: it never changes)."""
         if task_id not in self._repos:
             task = await self.scheduler.get(task_id)
             root = task if task is None or task.task_id == task.root_id else (
                 await self.scheduler.get(task.root_id)
             )
             self._repos[task_id] = root.repo if root else None
-        key = self._repos[task_id]
-        return await self._token(key) if key else None
+        return self._repos[task_id]
 
     async def _token(self, key: str) -> str | None:
         override = self.repositories.get(key)

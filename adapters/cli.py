@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,8 @@ app.add_typer(db_app, name="db")
 app.add_typer(config_app, name="config")
 app.add_typer(cli_tasks.tasks_app, name="tasks")
 app.add_typer(cli_tasks.signals_app, name="signals")
+cache_app = typer.Typer(help="Cached environments (what repositories' setup steps produced).")
+app.add_typer(cache_app, name="cache")
 
 ConfigPath = Annotated[Path | None, typer.Option("--config", help="app.yaml to use.")]
 
@@ -239,3 +242,38 @@ def signals_replay(
 
 def main() -> None:
     app()
+
+
+@cache_app.command("ls")
+def cache_ls(config_path: ConfigPath = None) -> None:
+    """Each cached environment: its repository, size and when it was last used."""
+    from adapters.assembly import env_cache
+
+    config = _load(config_path)
+    cache = env_cache(config.workspace)
+    if cache is None:
+        typer.echo("the environment cache is off (workspace.cache.enabled: false)")
+        return
+    entries = cache.entries()
+    for entry in reversed(entries):
+        used = datetime.fromtimestamp(entry.last_used, UTC).strftime("%Y-%m-%d %H:%M")
+        typer.echo(f"{entry.key}  {entry.repo}  {entry.bytes / 2**20:.1f} MiB  used {used} UTC")
+    total = sum(e.bytes for e in entries) / 2**20
+    typer.echo(f"{len(entries)} entries, {total:.1f} MiB in {cache.root}")
+
+
+@cache_app.command("clear")
+def cache_clear(
+    repo: Annotated[str | None, typer.Option(help="Only this repository's entries.")] = None,
+    config_path: ConfigPath = None,
+) -> None:
+    """Remove cached environments; the next task of each repository runs its setup."""
+    from adapters.assembly import env_cache
+
+    config = _load(config_path)
+    cache = env_cache(config.workspace)
+    if cache is None:
+        typer.echo("the environment cache is off (workspace.cache.enabled: false)")
+        return
+    gone = cache.clear(repo)
+    typer.echo(f"removed {len(gone)} entries ({sum(e.bytes for e in gone) / 2**20:.1f} MiB)")

@@ -375,7 +375,8 @@ class AppConfig(ConfigSection):
     @model_validator(mode="after")
     def _references_resolve(self) -> AppConfig:
         problems = [
-            *_unknown_agents(self), *_unknown_repositories(self), *_channel_of_no_workspace(self)
+            *_unknown_agents(self), *_unknown_repositories(self), *_channel_of_no_workspace(self),
+            *_unenforceable_egress(self),
         ]
         if problems:
             raise ValueError("\n".join(problems))
@@ -414,6 +415,32 @@ def _unknown_agents(config: AppConfig) -> list[str]:
         f"{path}: unknown agent {agent!r} (agents: {known})"
         for path, agent in named.items()
         if agent not in config.agents
+    ]
+
+
+def _unenforceable_egress(config: AppConfig) -> list[str]:
+    """Without a sandbox a command has the host's network whatever the setting says: a
+    narrower one written in the configuration would be a promise Keel does not keep (the
+    defaults are covered by the warning every check prints for ``sandbox: none``)."""
+    if config.workspace.sandbox != "none":
+        return []
+    written = [
+        *((f"agents.{name}", a, a.egress().mode) for name, a in config.agents.items()),
+        *(
+            (f"workspace.repositories.{key}", repo, repo.network)
+            for key, repo in config.workspace.repositories.items()
+        ),
+    ]
+    narrowed = [
+        f"{path}.network"
+        for path, section, mode in written
+        if mode != "on" and {"network", "allow"} & section.model_fields_set
+    ]
+    if not narrowed:
+        return []
+    return [
+        f"workspace.sandbox is none, so commands have the host's network: {', '.join(narrowed)} "
+        "cannot be enforced. Use the sandbox (auto or bwrap), or set network: on there"
     ]
 
 

@@ -37,6 +37,7 @@ BENCHMARKS = (
     ("ack", 60),
     ("context_fit", 60),
     ("sandbox", 200),
+    ("setup_cache", 900),
 )
 RESULT = re.compile(
     r"^RESULT (?P<name>\S+) value=(?P<value>\S+) baseline=(?P<baseline>\S+) "

@@ -21,6 +21,7 @@ from pydantic import (
     SecretStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from runtime.threads import (
@@ -31,6 +32,7 @@ from runtime.threads import (
     parse_channel,
     parse_thread,
 )
+from runtime.workspace.egress import PACKAGE_REGISTRIES, Egress, EgressMode, check_allow_entry
 
 SourceOf = Callable[[str], str]
 """Given a dotted config path, names where its value comes from: an env var, else the path."""
@@ -203,6 +205,33 @@ _BOUNDED_LIMITS = (
 )
 
 
+_EGRESS_RANK = {"off": 0, "allowlist": 1, "on": 2}
+
+
+def egress_beyond(parent: Egress, child: Egress) -> list[str]:
+    """The network ``child`` may reach that ``parent`` may not."""
+    if _EGRESS_RANK[child.mode] > _EGRESS_RANK[parent.mode]:
+        return [f"network {child.mode} (the parent's is {parent.mode})"]
+    if child.mode == parent.mode == "allowlist":
+        extra = [host for host in child.allow if host not in parent.allow]
+        return [f"network host {host}" for host in extra]
+    return []
+
+
+def _network_word(value: object) -> object:
+    """YAML reads an unquoted ``off`` or ``on`` as a boolean: they mean the words."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+Network = Annotated[EgressMode, BeforeValidator(_network_word)]
+
+
+def _allow_entries(entries: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(check_allow_entry(entry) for entry in entries)
+
+
 def _has_text_placeholder(template: str) -> str:
     if "{text}" not in template:
         raise ValueError("must contain the {text} placeholder")
@@ -218,8 +247,26 @@ class AgentConfig(ConfigSection):
     mailbox_template: Annotated[str, AfterValidator(_has_text_placeholder)] = (
         DEFAULT_MAILBOX_TEMPLATE
     )
+    # Where the agent's commands may connect: ``off`` (nothing), ``allowlist`` (only the
+    # hosts in ``allow``, through Keel's proxy) or ``on`` (the host's network).
+    # ``allow_network: true`` is the older spelling of ``network: on``.
+    network: Network = "off"
+    allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = ()
     allow_network: bool = False
     allow_protected_push: bool = False
+
+    @model_validator(mode="after")
+    def _one_network_setting(self) -> AgentConfig:
+        if self.allow_network and self.network != "off":
+            raise ValueError("set network (off, allowlist, on), not allow_network as well")
+        if self.allow and self.egress().mode != "allowlist":
+            raise ValueError("allow lists hosts for network: allowlist; set network: allowlist")
+        return self
+
+    def egress(self) -> Egress:
+        """Where this agent's commands may connect."""
+        mode: EgressMode = "on" if self.allow_network else self.network
+        return Egress(mode, self.allow if mode == "allowlist" else ())
 
     @field_validator("require_approval")
     @classmethod
@@ -238,8 +285,7 @@ def authority_beyond(parent: AgentConfig, child: AgentConfig) -> list[str]:
     """What ``child`` may do that ``parent`` may not: tools, network, protected push, a call
     the parent must have approved, or a larger limit. Empty when the child is no wider."""
     found = [f"tool {name}" for name in child.tools if name not in parent.tools]
-    if child.allow_network and not parent.allow_network:
-        found.append("network")
+    found += egress_beyond(parent.egress(), child.egress())
     if child.allow_protected_push and not parent.allow_protected_push:
         found.append("push to protected branches")
     found += [
@@ -276,14 +322,56 @@ def describe_agents(agents: dict[str, AgentConfig]) -> str:
     return f"agents: {listed}"
 
 
+class RepositorySecret(ConfigSection):
+    """A secret for the repository's setup; its commands see it only with ``agent: true``."""
+
+    value: SecretStr
+    agent: bool = False
+
+
+def _secret_forms(value: object) -> object:
+    """``NAME: ${VAR}`` is short for ``NAME: {value: ${VAR}}``."""
+    if isinstance(value, dict):
+        return {k: {"value": v} if isinstance(v, str) else v for k, v in value.items()}
+    return value
+
+
+SecretName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=100)]
+
+
 class RepositoryConfig(ConfigSection):
     url: str = Field(min_length=1)
     ref: str = "main"
     token: Secret = None
+    # The setup step, run once per workspace before the first model call; the operator's
+    # command wins over the repository's ``.keel/setup.sh``. "" turns the repository's off.
+    setup: str | None = None
+    setup_timeout_s: int = Field(default=1800, ge=1, le=86_400)
+    # Run after a cached environment is restored (setup itself is not run then).
+    maintenance: str | None = None
+    # Where setup may connect (the agent's commands follow the agent's own setting).
+    network: Network = "allowlist"
+    allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = PACKAGE_REGISTRIES
+    secrets: Annotated[
+        dict[SecretName, RepositorySecret], BeforeValidator(_secret_forms)
+    ] = Field(default_factory=dict)
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
             yield name, redact_url(value) if name == "url" else value
+
+
+class CacheConfig(ConfigSection):
+    """Environments that setup produced, kept per (repository, setup, lockfiles)."""
+
+    enabled: bool = True
+    # Default: ``cache`` beside the workspaces' root (same filesystem, so restores link).
+    root: Path | None = None
+    max_bytes: int = Field(default=20 * 2**30, ge=0)
+    max_age_s: float = Field(default=14 * 86_400, gt=0)
+    # ``link``: hard links (fast; tasks of one repository share the files, which are made
+    # read-only); ``copy``: a private copy per workspace.
+    restore: Literal["link", "copy"] = "link"
 
 
 class WorkspaceConfig(ConfigSection):
@@ -292,6 +380,11 @@ class WorkspaceConfig(ConfigSection):
     # Toolchains outside the system directories and PATH (e.g. ~/.rustup), shown read-only.
     readonly_paths: list[Path] = Field(default_factory=list)
     repositories: dict[Key, RepositoryConfig] = Field(default_factory=dict)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+
+    @property
+    def cache_root(self) -> Path:
+        return self.cache.root or self.root.parent / "cache"
 
     @field_validator("readonly_paths")
     @classmethod

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
-EvidenceKind = Literal["commit", "pull_request", "test_run", "ci_run", "comment", "read_back"]
+EvidenceKind = Literal[
+    "commit", "pull_request", "test_run", "ci_run", "comment", "read_back", "setup",
+    "network_refused",
+]
 
 
 class Strength(IntEnum):

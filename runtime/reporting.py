@@ -24,6 +24,7 @@ from runtime.store.tool_calls import ToolCallRecord
 from runtime.store.usage import UsageTotals
 from runtime.surfaces import Action
 from runtime.threads import ThreadRef
+from runtime.workspace.setup import report_from
 
 PHASE_LABELS = {
     "load_context": "reading the request",
@@ -303,6 +304,14 @@ def describe_evidence(item: EvidenceItem) -> str:
             return f"`{command}` exit {d.get('exit_code', '?')}{_counts(d)} — {strength}"
         case "ci_run":
             return _ci_line(d, item.strength)
+        case "setup":
+            report = report_from(d)
+            line = f"Setup: {report.summary()}"
+            if report.refused:
+                line += f"; network refused {', '.join(report.refused)}"
+            return line if report.status == "restored" else f"{line} — {strength}"
+        case "network_refused":
+            return f"Network: refused {item.ref} (not in the allowlist)"
         case _:
             return f"{item.kind} {item.ref} — {strength}"
 

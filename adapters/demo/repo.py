@@ -12,6 +12,9 @@ FILES = {
     "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
     "def test_add_zero():\n    assert add(0, 0) == 0\n",
     "AGENTS.md": "# Working on this repository\n\nRun the tests with `python -m pytest -q`.\n",
+    # Keel's setup step runs this once per workspace, before the agent starts. The demo needs
+    # no network: pytest comes with the interpreter that runs Keel, so nothing is installed.
+    ".keel/setup.sh": "set -e\necho 'nothing to install: pytest comes with the host toolchain'\n",
 }
 
 

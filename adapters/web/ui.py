@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -20,7 +20,8 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
 from adapters.spend import spend_text, with_spend
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
-from runtime.reporting import is_daemon
+from runtime.evidence import EvidenceItem, EvidenceKind, Strength
+from runtime.reporting import describe_evidence, is_daemon
 from runtime.store import views
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
@@ -126,6 +127,13 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def evidence_line(view: views.EvidenceView) -> str:
+    """The line a reply gives this evidence (a setup's outcome, a refused host, a test run)."""
+    kind = cast(EvidenceKind, view.kind)
+    item = EvidenceItem(kind, view.ref, Strength(view.strength_rank), view.detail)
+    return describe_evidence(item)
+
+
 def make_environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(_HERE / "templates"),
@@ -139,6 +147,7 @@ def make_environment() -> Environment:
     env.filters["clip"] = _clip
     env.filters["spend"] = spend_text
     env.globals["strength_labels"] = STRENGTH_LABELS
+    env.globals["evidence_line"] = evidence_line
     env.globals["daemon_badge"] = daemon_badge
     return env
 

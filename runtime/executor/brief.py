@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.brief import files
-from runtime.brief.model import Download, Gathered, Origin, Sender
+from runtime.brief.model import Download, Gathered, Origin, Section, Sender
 from runtime.brief.port import Briefing
 from runtime.brief.render import FileNote, render
 from runtime.errors import KeelError
@@ -26,20 +26,24 @@ from runtime.models.base import ImagePart
 from runtime.store import signals, transcripts
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task
+from runtime.workspace.setup import SetupReport
 
 log = logging.getLogger(__name__)
 
 KIND = "brief"
 _LABELS = (
-    "Requested by", "Came from", "Link", "Thread", "Repository", "Issue", "Pull request",
-    "Delegated by", "Task",
+    "Requested by", "Came from", "Link", "Thread", "Repository", "Setup", "Issue",
+    "Pull request", "Delegated by", "Task",
 )
 _ORDER = {label: index for index, label in enumerate(_LABELS)}
 _CREATION_KEY = "signal:"
 
 
-async def brief_item(task: Task, ctx: ExecutorContext) -> transcripts.NewItem | None:
-    """The brief's transcript item, or None when it is stored already."""
+async def brief_item(
+    task: Task, ctx: ExecutorContext, setup: SetupReport | None = None
+) -> transcripts.NewItem | None:
+    """The brief's transcript item, or None when it is stored already. ``setup`` is how the
+    workspace was set up, named in the brief (with its output's tail when it failed)."""
     key = tx.brief_key(task.task_id)
     if await ctx.db.read(lambda s: _stored(s, task.task_id, key)):
         return None
@@ -47,7 +51,7 @@ async def brief_item(task: Task, ctx: ExecutorContext) -> transcripts.NewItem | 
     gathered = await gather(ctx.briefing, origin)
     ctx.faults.hit("brief:gathered")
     notes, shown = await _files(task, ctx, gathered.downloads)
-    brief = with_origin(gathered, origin, task)
+    brief = with_setup(with_origin(gathered, origin, task), setup)
     payload: dict[str, Any] = {
         "type": "user_text",
         "text": render(brief, notes, ctx.briefing.settings.max_chars),
@@ -102,6 +106,23 @@ def with_origin(gathered: Gathered, origin: Origin, task: Task) -> Gathered:
         facts.pop("Thread", None)  # the link says where, in a form people can open
     ordered = sorted(facts.items(), key=lambda fact: _ORDER.get(fact[0], len(_ORDER)))
     return replace(gathered, facts=tuple(ordered), request=gathered.request or origin.text)
+
+
+def with_setup(gathered: Gathered, setup: SetupReport | None) -> Gathered:
+    if setup is None or setup.status == "none":
+        return gathered
+    line = setup.summary()
+    if setup.refused:
+        line += f"; network refused {', '.join(setup.refused)}"
+    if setup.failed:
+        line += " — FAILED: the environment may be incomplete; you may fix it"
+    facts = sorted(
+        (*gathered.facts, ("Setup", line)), key=lambda fact: _ORDER.get(fact[0], len(_ORDER))
+    )
+    sections = gathered.sections
+    if setup.failed and setup.tail:
+        sections = (*sections, Section("Setup output (its last lines)", setup.tail))
+    return replace(gathered, facts=tuple(facts), sections=sections)
 
 
 def _signal_facts(origin: Origin, task: Task) -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ from runtime.store.engine import Database, Transaction
 from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult
 from runtime.tools.base import Tool
+from runtime.workspace.setup import SetupReport
 
 # continue: keep the lease and tick again now; delay: release and tick at ``delay_s``;
 # wait: park the task until input or a child arrives (and, with ``wake_at``, tick then
@@ -129,9 +130,16 @@ class Settler:
 
 
 WorkspaceResolver = Callable[[Task], Awaitable[Path | None]]
+# Sets the task's workspace up (once per workspace), telling ``started`` what it begins.
+Progress = Callable[[str], Awaitable[None]]
+WorkspacePreparer = Callable[[Task, Progress], Awaitable[SetupReport | None]]
 
 
 async def _no_workspace(task: Task) -> Path | None:
+    return None
+
+
+async def _no_setup(task: Task, started: Progress) -> SetupReport | None:
     return None
 
 
@@ -147,6 +155,7 @@ class ExecutorContext:
     context_sources: tuple[ContextSource, ...] = ()
     briefing: Briefing = field(default_factory=Briefing)
     workspace_for: WorkspaceResolver = _no_workspace
+    prepare_workspace: WorkspacePreparer = _no_setup
     # Resident agents (a daemon's role): agent name -> idle lifetime in seconds. Their final
     # answer parks the task for the next mailbox item instead of ending it.
     resident: Mapping[str, float] = field(default_factory=dict)

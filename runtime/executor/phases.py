@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
 from runtime.execution import Activation, Failure, Limit
-from runtime.executor import approval, brief, budget, compaction, outage
+from runtime.executor import approval, brief, budget, compaction, outage, setup
 from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition, goto
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
@@ -53,12 +53,14 @@ async def load_context(
     for source in ctx.context_sources:
         sections.extend(await source.sections(task))
     sections.append(await _earlier_work(task, ctx))
-    item = await brief.brief_item(task, ctx)
+    report = await setup.prepare(task, ctx)
+    item = await brief.brief_item(task, ctx, report)
     now = ctx.clock.now()
 
     def write(session: Transaction) -> None:
         if item is not None:
             transcripts.add_transcript_items(session, task.task_id, [item], now)
+        setup.record(session, task, report, now)
         ctx.reporter.on_phase(session, task, "load_context", "reading the request")
 
     state = replace(run.state, system="\n\n".join(s for s in sections if s))

@@ -10,6 +10,16 @@ first of "the command ended" and "Keel gave up on it" (timeout, stop, vanished p
 once. A wrapper that finds ``exit`` already published after recording its pid runs nothing, so
 a stop that comes before the command started (even before it was launched) keeps it from
 ever starting.
+
+A command whose egress is an allowlist (under bubblewrap) gets its own egress proxy
+(``runtime.workspace.egress_proxy``): Keel writes the allowlist to ``egress-allow``; the
+wrapper starts the proxy on the host, waits (at most ``PROXY_START_S``) for its socket
+``egress.sock``, and only then starts the sandbox, into which that socket is bound; if the
+socket never appears the command is not run, and exits ``PROXY_FAILED_EXIT`` with a line on
+its stderr. The proxy records what it refused in ``refused`` and its own log in
+``egress.log``. It runs in a session of its own, so that the wrapper kills all of its
+processes at once when the command has ended; ``kill_tree`` reaches it as a descendant of
+the wrapper, and the proxy also exits by itself once its wrapper is gone.
 """
 
 from __future__ import annotations
@@ -21,16 +31,25 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from runtime.workspace import cgroups
+from runtime.workspace.egress import (
+    PROXY_START_S,
+    SOCKET_FILE,
+    proxy_argv,
+    read_refused,
+    write_allowlist,
+)
 from runtime.workspace.process import descendants, run_process
 from runtime.workspace.sandbox import Sandbox, host_program
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
 LAUNCH_GRACE_S = 30.0  # a folder with no pid after this long was never launched
+PROXY_FAILED_EXIT = 125  # as container runners do when they, not the command, failed
 Outcome = Literal["exited", "timed_out", "stopped", "lost"]
 _KEEL_VERDICTS: tuple[Outcome, ...] = ("timed_out", "stopped", "lost")
 
@@ -100,15 +119,24 @@ async def launch(run: CommandRun, command: str, timeout_s: int, sandbox: Sandbox
         "timeout_s": timeout_s,
         "created_at": time.time(),
         "isolation": isolation,
+        "egress": sandbox.egress.mode,
     }
     _write_atomic(run.folder / "meta.json", json.dumps(meta))
-    argv = sandbox.wrap(["bash", "-c", command], run.workspace, isolation)
+    proxied = isolation == "bwrap" and sandbox.egress.mode == "allowlist"
+    if proxied:
+        write_allowlist(run.folder, sandbox.egress)
+    socket = run.folder / SOCKET_FILE if proxied else None
+    # bash by its host path: inside, PATH starts with the home, where a command may leave one.
+    bash = [host_program("bash"), "-c", command]
+    argv = sandbox.wrap(bash, run.workspace, isolation, egress_socket=socket)
+    proxy = [host_program("setsid"), *proxy_argv(run.folder)] if proxied else None
     script = run.folder / "run.sh"
     group = cgroups.make_group(_group_name(run))
     joined = (cgroups.join_line(group), cgroups.leave_line(group))
-    script.write_text(wrapper_script(run.folder, argv, sandbox.ulimits(), joined))
+    script.write_text(wrapper_script(run.folder, argv, sandbox.ulimits(), joined, proxy))
     launcher = [host_program("setsid"), "--fork", host_program("bash"), str(script)]
-    result = await run_process(launcher, cwd=run.workspace, env=sandbox.env(run.workspace))
+    env = sandbox.launcher_env(run.workspace)
+    result = await run_process(launcher, cwd=run.workspace, env=env)
     if not result.ok:  # recorded as the execution's outcome; polling reports it
         run.log_path("stderr").write_text(f"could not launch: {result.stderr}")
         settle(run, -1, "lost")
@@ -125,11 +153,16 @@ def _release(run: CommandRun) -> None:
 
 
 def wrapper_script(
-    folder: Path, argv: list[str], limits: str = "", group: tuple[str, str] = (":", ":")
+    folder: Path,
+    argv: list[str],
+    limits: str = "",
+    group: tuple[str, str] = (":", ":"),
+    proxy: list[str] | None = None,
 ) -> str:
     d = shlex.quote(str(folder))
     # The limits go on a subshell that becomes the command, so the wrapper keeps its own.
     run = f"( {limits} && exec {shlex.join(argv)} )" if limits else shlex.join(argv)
+    command = [f'{run} > "$d/stdout" 2> "$d/stderr"', "rc=$?"]
     return "\n".join(
         [
             "exec </dev/null >/dev/null 2>&1",  # release the launcher's pipes at once
@@ -138,8 +171,7 @@ def wrapper_script(
             'echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"',
             '[ -e "$d/exit" ] && exit 0',  # stopped before it began: after the pid, see stop()
             'date +%s.%N > "$d/started_at"',
-            f'{run} > "$d/stdout" 2> "$d/stderr"',
-            "rc=$?",
+            *(_behind_proxy(proxy, command) if proxy else command),
             group[1],
             'date +%s.%N > "$d/finished_at"',
             'echo "$rc" > "$d/exit.$$" && ln "$d/exit.$$" "$d/exit"',
@@ -147,6 +179,34 @@ def wrapper_script(
             "",
         ]
     )
+
+
+def _behind_proxy(proxy: list[str], command: list[str]) -> list[str]:
+    """The wrapper's lines that run ``command`` only once the egress proxy listens, and kill
+    the proxy (its whole session: it has a process per acceptor) after it."""
+    tries = int(PROXY_START_S / 0.05)
+    failed = (
+        f"keel: the egress proxy did not start within {PROXY_START_S:.0f}s, so the command was"
+        " not run (Keel keeps the proxy's log as egress.log of this execution)"
+    )
+    return [
+        f'( cd "$d" && exec {shlex.join(proxy)} ) 2> "$d/egress.log" &',
+        "egress=$!",
+        f'i=0; while [ ! -S "$d/{SOCKET_FILE}" ] && [ $i -lt {tries} ] && kill -0 $egress; do',
+        "  sleep 0.05; i=$((i + 1))",
+        "done 2>/dev/null",
+        f'if [ -S "$d/{SOCKET_FILE}" ]; then',
+        *command,
+        "else",
+        f'  echo {shlex.quote(failed)} > "$d/stderr"; rc={PROXY_FAILED_EXIT}',
+        "fi",
+        f'kill -KILL -- -$egress 2>/dev/null; wait $egress; rm -f "$d/{SOCKET_FILE}"',
+    ]
+
+
+def refused_hosts(run: CommandRun) -> list[str]:
+    """The ``host:port`` the execution's egress proxy refused, in order, each once."""
+    return read_refused(run.folder)
 
 
 def check(run: CommandRun) -> Running | Finished:
@@ -220,8 +280,9 @@ def kill_tree(pid: int) -> None:
 
     The group holds the command, bubblewrap and the sandbox (bubblewrap runs without
     ``--new-session``); the walk also reaches what left the group (``setsid`` in a command,
-    a sandbox in its own session), as long as it has not been orphaned yet. The tree is read
-    before anything dies, because a killed parent's children are reparented out of it.
+    a sandbox in its own session, the egress proxy), as long as it has not been orphaned yet.
+    The tree is read before anything dies, because a killed parent's children are reparented
+    out of it.
     """
     below = descendants(pid)
     with contextlib.suppress(ProcessLookupError):
@@ -238,6 +299,51 @@ def wrapper_alive(run: CommandRun, pid: int) -> bool:
     except OSError:
         return False
     return str(run.folder / "run.sh").encode() in cmdline
+
+
+SECRET_MIN_LEN = 4  # shorter values would mask ordinary text
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each secret value replaced by ``***``, the longest first (one secret
+    may contain another)."""
+    for value in sorted((v for v in secrets if len(v) >= SECRET_MIN_LEN), key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
+def mask_logs(run: CommandRun, secrets: Iterable[str]) -> None:
+    """Replace each secret's value in the execution's stored output, once it has ended (the
+    command printed what it printed; Keel keeps no copy of a secret)."""
+    values = sorted({v.encode() for v in secrets if len(v) >= SECRET_MIN_LEN}, key=len)[::-1]
+    if not values:
+        return
+    for stream in ("stdout", "stderr"):
+        path = run.log_path(stream)
+        try:
+            _mask_file(path, values)
+        except FileNotFoundError:
+            continue
+
+
+def _mask_file(path: Path, values: list[bytes]) -> None:
+    keep = max(len(v) for v in values) - 1
+    tmp = path.with_name(f"{path.name}.masking")
+    changed = False
+    with path.open("rb") as source, tmp.open("wb") as target:
+        pending = b""
+        while chunk := source.read(1 << 20):
+            window = pending + chunk
+            for value in values:
+                if value in window:
+                    window, changed = window.replace(value, b"***"), True
+            pending = window[-keep:] if keep else b""
+            target.write(window[: len(window) - len(pending)])
+        target.write(pending)
+    if changed:
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
 
 
 def read_bounded(path: Path, limit: int = 4096) -> str:

@@ -20,8 +20,11 @@ It runs in a user namespace with every capability dropped (``CapEff`` 0 even whe
 as root), with no new privileges and no further user namespaces. Nothing else exists inside:
 not ``/root``, ``/home``, ``/var/lib``, other workspaces, nor Keel's database or configuration
 (``hidden``, masked again should a toolchain path contain them). The network is a fresh empty
-namespace unless allowed, and the environment is rebuilt from an allow-list so no Keel,
-Slack, GitHub or model-provider secret reaches repository code. Resource limits (CPU seconds,
+namespace unless ``egress`` is ``on`` (the host's) or ``allowlist`` (still empty, with Keel's
+egress proxy as the only way out: ``runtime.workspace.egress``), and the environment is
+rebuilt from an allow-list so no Keel, Slack, GitHub or model-provider secret reaches
+repository code; only ``secrets``, which the operator grants a command by name, are passed
+as given, and never written to a file (see ``_with_secrets``). Resource limits (CPU seconds,
 address space, file size, which also bounds the captured output) apply in both modes, set by
 the wrapper's shell before it starts the sandbox.
 """
@@ -32,6 +35,8 @@ import contextlib
 import functools
 import logging
 import os
+import re
+import shlex
 import shutil
 import stat
 import sys
@@ -41,7 +46,8 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.errors import ConfigError
-from runtime.workspace import cgroups
+from runtime.workspace import cgroups, egress_bridge
+from runtime.workspace.egress import Egress
 from runtime.workspace.process import run_process
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
@@ -49,7 +55,12 @@ log = logging.getLogger(__name__)
 
 SandboxMode = Literal["auto", "bwrap", "none"]
 Isolation = Literal["bwrap", "none"]
+HOME_BINS = (".local/bin", ".cargo/bin", "go/bin")
 SECRET_PREFIXES = ("KEEL_", "SLACK_", "GITHUB_", "GH_", "OPENAI_", "ANTHROPIC_", "AWS_")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+# Secrets are also in the environment of the wrapper's shell and of bubblewrap, which these
+# names would steer: they are Keel's to set, or no one's.
+_RESERVED = ("PATH", "HOME", "LANG", "TERM", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS")
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 ETC_SECRETS = (
@@ -89,11 +100,19 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Sandbox:
     mode: SandboxMode = "auto"
-    network: bool = False
+    egress: Egress = field(default_factory=Egress)
     limits: Limits = Limits()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     readonly_paths: tuple[Path, ...] = ()  # toolchains elsewhere, shown read-only
     hidden: tuple[Path, ...] = ()  # Keel's own files: never visible, whatever else is shown
+    secrets: Mapping[str, str] = field(default_factory=dict)  # in the command's env as given
+
+    def __post_init__(self) -> None:
+        if bad := [name for name in self.secrets if not _secret_name(name)]:
+            raise ConfigError(
+                f"secrets {bad}: a secret's name must be an environment variable name that "
+                f"Keel, bash and the loader do not use themselves ({', '.join(_RESERVED)}, LD_*)"
+            )
 
     async def isolation(self) -> Isolation:
         """The isolation commands will actually get (probing bubblewrap once per process)."""
@@ -109,22 +128,51 @@ class Sandbox:
                 return "bwrap"
 
     def env(self, workspace: Path) -> dict[str, str]:
+        home = WorkspaceState(workspace).home
+        # What a setup step installed in the home comes first (``uv``, ``rustup``, ``go
+        # install`` put their programs there); the home is the command's own, never shown
+        # read-only as a toolchain.
+        own = [str(home / folder) for folder in HOME_BINS]
         env = {
-            "PATH": absolute_path(),
-            "HOME": str(WorkspaceState(workspace).home),
+            "PATH": os.pathsep.join([*own, absolute_path()]),
+            "HOME": str(home),
             "LANG": "C.UTF-8",
             "TERM": "dumb",
         }
         extra = {k: v for k, v in self.extra_env.items() if not k.startswith(SECRET_PREFIXES)}
         return env | extra
 
-    def wrap(self, argv: Sequence[str], workspace: Path, isolation: Isolation) -> list[str]:
-        """``argv`` as it must be executed: inside bubblewrap when isolating. The resource
-        limits are the caller's to set on the process (``ulimits``): they are inherited."""
+    def launcher_env(self, workspace: Path) -> dict[str, str]:
+        """The environment of the process that starts the sandbox: ``env`` and the secrets,
+        which reach the command from there rather than from its argv (see ``_with_secrets``).
+        Its PATH is Keel's own: the wrapper runs on the host, where a program a command left
+        in its home must never be found."""
+        return self.env(workspace) | {"PATH": absolute_path()} | dict(self.secrets)
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        workspace: Path,
+        isolation: Isolation,
+        *,
+        egress_socket: Path | None = None,
+    ) -> list[str]:
+        """``argv`` as it must be executed: inside bubblewrap when isolating, behind the egress
+        bridge to the proxy listening on ``egress_socket`` when the egress is an allowlist.
+        The resource limits are the caller's to set on the process (``ulimits``): they are
+        inherited. Without bubblewrap nothing is confined, the network included."""
         state = WorkspaceState(workspace).ensure()
         if isolation == "none":
             return list(argv)
-        return [*self._bwrap(workspace, state), "--", *argv]
+        options = self._bwrap(workspace, state)
+        if self.egress.mode == "allowlist":
+            if egress_socket is None:
+                raise ValueError("an allowlisted sandbox needs its egress proxy's socket")
+            options += ["--ro-bind", str(egress_socket), egress_bridge.SOCKET]
+            argv = egress_bridge.bridged(argv)
+        if self.secrets:
+            return _with_secrets(options, argv, list(self.secrets))
+        return [*options, "--", *argv]
 
     def ulimits(self) -> str:
         """The shell builtin that applies ``limits`` to what the shell runs next (no process
@@ -147,22 +195,40 @@ class Sandbox:
         args = ["bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
         args += ["--bind", str(state.tmp), "/tmp"]
         clear_mount_points(state.tmp, [workspace.absolute(), state.home])
-        shown = toolchain_roots(self.env(workspace)["PATH"], workspace, self.readonly_paths)
+        shown = toolchain_roots(absolute_path(), workspace, self.readonly_paths)
         shown = [root for root in shown if not _within(Path(root), [str(h) for h in self.hidden])]
         for root in shown:
             args += ["--ro-bind", root, root]
-        if self.network:
+        if self.egress.mode == "on":
             args += _resolver_binds()
         secrets = [*host_secrets(), *self.hidden]
         args += _masks(secrets, visible=[*SYSTEM_DIRS, *shown])
         args += ["--bind", ws, ws, "--bind", str(state.home), str(state.home), "--chdir", ws]
         args += NAMESPACES
-        if not self.network:
+        if self.egress.mode != "on":
             args.append("--unshare-net")
         args.append("--clearenv")
-        for key, value in self.env(workspace).items():
+        env = self.env(workspace)
+        if self.egress.mode == "allowlist":
+            env |= egress_bridge.proxy_env()
+        for key, value in env.items():
             args += ["--setenv", key, value]
         return args
+
+
+def _secret_name(name: str) -> bool:
+    return bool(_ENV_NAME.fullmatch(name)) and name not in _RESERVED and not name.startswith(
+        ("LD_", "BASH_FUNC_")
+    )
+
+
+def _with_secrets(options: list[str], argv: Sequence[str], names: list[str]) -> list[str]:
+    """bubblewrap started by a shell that adds ``--setenv NAME "$NAME"`` for each secret,
+    expanding its value from the environment it inherited (``launcher_env``): the wrapper
+    script, which is a file, holds the names only."""
+    setenv = " ".join(f'--setenv {name} "${name}"' for name in names)
+    line = f'exec {shlex.join(options)} {setenv} -- "$@"'
+    return [host_program("bash"), "-c", line, "keel-sandbox", *argv]
 
 
 def absolute_path() -> str:

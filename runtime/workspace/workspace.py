@@ -26,6 +26,7 @@ from runtime.errors import ConfigError, NotFound, Retryable
 from runtime.workspace.git import check_repo_url, git, uses_https, workspace_git
 from runtime.workspace.mirror import retire_senders
 from runtime.workspace.sandbox import Sandbox, SandboxMode
+from runtime.workspace.setup import mark_fresh
 from runtime.workspace.state import STATE_FOLDER, WorkspaceState, is_real_dir
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Workspaces:
             await clone(spec, staging, token, self.sandbox.mode)
             staged = WorkspaceState(staging)
             staged.write_record((staged.read_record() or {}) | self._isolation_record())
+            mark_fresh(staged)
             try:
                 staging.rename(path)
                 WorkspaceState(staging).root.rename(WorkspaceState(path).root)

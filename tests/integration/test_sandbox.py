@@ -21,6 +21,7 @@ import pytest
 from runtime.errors import ConfigError
 from runtime.tools.base import Completed
 from runtime.workspace import sandbox as sandbox_module
+from runtime.workspace.egress import Egress, EgressMode
 from runtime.workspace.sandbox import Limits, Sandbox, SandboxMode
 from runtime.workspace.state import WorkspaceState
 from tests.host import require_bwrap, run_to_end
@@ -86,16 +87,16 @@ def listener() -> Iterator[tuple[int, list[socket.socket]]]:
     server.close()
 
 
-@pytest.mark.parametrize("network", [False, True])
+@pytest.mark.parametrize("mode", ["off", "on"])
 async def test_loopback_unreachable_when_network_off(
-    ws: Path, listener: tuple[int, list[socket.socket]], network: bool
+    ws: Path, listener: tuple[int, list[socket.socket]], mode: EgressMode
 ) -> None:
     port, accepted = listener
     command = f"exec 3<>/dev/tcp/127.0.0.1/{port}"
-    result = await run(Sandbox(mode="bwrap", network=network), ws, command)
+    result = await run(Sandbox(mode="bwrap", egress=Egress(mode)), ws, command)
     await asyncio.sleep(0.3)
-    assert ("exit code 0 " in result.output) is network
-    assert len(accepted) == (1 if network else 0)
+    assert ("exit code 0 " in result.output) is (mode == "on")
+    assert len(accepted) == (1 if mode == "on" else 0)
 
 
 async def test_secrets_scrubbed_when_command_runs(

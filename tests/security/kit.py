@@ -591,7 +591,7 @@ def _password(header: str) -> str | None:
         return None
 
 
-Served = TypeVar("Served", bound=_Recording)
+Served = TypeVar("Served", bound=ThreadingHTTPServer)
 
 
 @contextmanager

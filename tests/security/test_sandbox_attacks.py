@@ -37,6 +37,7 @@ import pytest
 from runtime.errors import KeelError
 from runtime.tools.devbox import GitCommit, WriteFile
 from runtime.workspace import Sandbox, Workspaces
+from runtime.workspace.egress import Egress
 from runtime.workspace.sandbox import toolchain_roots
 from tests.security.kit import (
     CANARY,
@@ -442,19 +443,20 @@ async def test_network_and_keels_loopback_unreachable_from_a_command(tmp_path: P
 
 @pytest.mark.xfail(
     strict=True,
-    reason="beyond design-37: an agent with allow_network shares the host's network namespace, "
-    "so its commands reach every loopback service (Keel's API asks them for the admin token "
-    "only when one is set)",
+    reason="by design: an agent with network: on shares the host's network namespace, so its "
+    "commands reach every loopback service (Keel's API asks them for the admin token only "
+    "when one is set); network: allowlist is the setting for agents that read untrusted input "
+    "(tests/security/test_egress.py)",
 )
 async def test_loopback_unreachable_even_when_the_agent_may_use_the_network(
     tmp_path: Path,
 ) -> None:
-    """``allow_network: true`` is for package downloads, not for Keel's own API (which asks
+    """``network: on`` is for package downloads, not for Keel's own API (which asks
     no token on loopback unless one is set), its PostgreSQL on localhost or the metadata of
     the host."""
     origin = make_origin(tmp_path / "origin.git", {"README.md": "hello\n"})
     workspaces, ws = await new_workspace(tmp_path / "ws", str(origin))
-    networked = replace(workspaces.sandbox, network=True)
+    networked = replace(workspaces.sandbox, egress=Egress("on"))
     with serving(Evil()) as evil:
         port = evil.server_address[1]
         command = (

@@ -5,7 +5,7 @@ Every tool reads its workspace from ``ToolContext.workspace`` (filled by the exe
 """
 
 from runtime.tools.base import Tool
-from runtime.tools.devbox.command import RunCommand
+from runtime.tools.devbox.command import RunCommand, SecretSource
 from runtime.tools.devbox.files import ApplyPatch, ListFiles, ReadFile, WriteFile
 from runtime.tools.devbox.gittools import GitCommit, GitCredentials, GitPush
 from runtime.workspace.sandbox import Sandbox
@@ -17,15 +17,16 @@ def devbox_tools(
     allow_protected: bool = False,
     token: str | None = None,
     credentials: GitCredentials | None = None,
+    secrets: SecretSource | None = None,
 ) -> list[Tool]:
     """The full devbox tool set for one agent; ``credentials`` (or a fixed ``token``)
-    authenticate HTTPS pushes."""
+    authenticate HTTPS pushes; ``secrets`` are what a task's commands may see."""
     return [
         ReadFile(),
         ListFiles(),
         WriteFile(),
         ApplyPatch(),
-        RunCommand(sandbox),
+        RunCommand(sandbox, secrets=secrets),
         GitCommit(),
         GitPush(allow_protected=allow_protected, token=token, credentials=credentials),
     ]

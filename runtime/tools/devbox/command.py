@@ -6,11 +6,16 @@ already exists starts nothing. What the model sees is bounded (head and tail of 
 stream); the full logs stay in the execution folder. A command recognised as a test run
 yields ``test_run`` evidence with the counts its runner printed. A stop of the task cancels
 the call: the command's processes are killed, or, if it was not launched yet, it never is.
+What the egress proxy refused is named on a line of its own. Secrets (the sandbox's, and the
+task's from ``secrets``) reach the command's environment, and their values are masked
+wherever the command printed them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,8 +46,11 @@ from runtime.workspace.commands import (
     check,
     execution_id,
     launch,
+    mask,
+    mask_logs,
     read_bounded,
     read_meta,
+    refused_hosts,
     stop,
 )
 from runtime.workspace.paths import PathRefused, read_inside_text
@@ -50,6 +58,10 @@ from runtime.workspace.sandbox import Sandbox
 
 _HANDLE = re.compile(r"^[0-9a-f]{16}$")
 JUNIT_LIMIT = 8_000_000
+REFUSED_SHOWN = 10
+# The secrets a task's commands may see, by task id: asked again at every report, so a worker
+# that recovers the call masks them too.
+SecretSource = Callable[[str], Awaitable[Mapping[str, str]]]
 
 
 class RunCommandArgs(ToolArgs):
@@ -66,9 +78,16 @@ class RunCommand:
     parameters = schema(RunCommandArgs)
     effect: Effect = "wait"
 
-    def __init__(self, sandbox: Sandbox | None = None, *, output_limit: int = 4096) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox | None = None,
+        *,
+        output_limit: int = 4096,
+        secrets: SecretSource | None = None,
+    ) -> None:
         self.sandbox = sandbox or Sandbox()
         self.output_limit = output_limit
+        self.secrets = secrets
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         prepared = prepare(RunCommandArgs, args, ctx)
@@ -76,7 +95,8 @@ class RunCommand:
             return prepared
         parsed, ws = prepared
         run = CommandRun(ws, execution_id(ctx.task_id, ctx.call_id))
-        await launch(run, parsed.command, parsed.timeout_s, self.sandbox)
+        sandbox = replace(self.sandbox, secrets=await self._secrets(ctx))
+        await launch(run, parsed.command, parsed.timeout_s, sandbox)
         return Started(handle=run.exec_id)
 
     async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
@@ -90,7 +110,7 @@ class RunCommand:
             case Running(elapsed_s=elapsed):
                 return Pending(detail=f"running for {elapsed:.0f}s")
             case Finished() as finished:
-                return self._report(run, finished)
+                return self._report(run, finished, await self._secrets(ctx))
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         return Unknown("run_command is a wait tool: recovery polls its handle")
@@ -105,26 +125,41 @@ class RunCommand:
         if not _HANDLE.fullmatch(run.exec_id):
             return refused(f"no command execution {run.exec_id!r} in this workspace")
         finished = stop(run)
+        secrets = await self._secrets(ctx)
         if finished.outcome != "stopped":
-            return self._report(run, finished)  # it ended on its own before the stop
-        return Stopped(self._output(run, finished, f"{verdict(finished, 0)} ({reason})"))
+            return self._report(run, finished, secrets)  # it ended on its own before the stop
+        outcome = f"{verdict(finished, 0)} ({reason})"
+        mask_logs(run, secrets.values())
+        return Stopped(self._output(run, outcome, secrets))
 
-    def _report(self, run: CommandRun, finished: Finished) -> Completed:
+    async def _secrets(self, ctx: ToolContext) -> dict[str, str]:
+        granted = await self.secrets(ctx.task_id) if self.secrets else {}
+        return {**self.sandbox.secrets, **granted}
+
+    def _report(self, run: CommandRun, finished: Finished, secrets: Mapping[str, str]) -> Completed:
+        mask_logs(run, secrets.values())
         meta = read_meta(run)
-        output = self._output(run, finished, verdict(finished, meta.timeout_s if meta else 0))
-        command = meta.command if meta else "(unrecorded command)"
-        evidence = test_evidence(run, command, finished)
+        outcome = verdict(finished, meta.timeout_s if meta else 0)
+        output = self._output(run, outcome, secrets)
+        command = mask(meta.command, secrets.values()) if meta else "(unrecorded command)"
+        tested = test_evidence(run, command, finished)
+        refusals = tuple(
+            EvidenceItem("network_refused", host, Strength.tool_reported, {"command": command})
+            for host in refused_hosts(run)
+        )
         return Completed(
             output=output,
             is_error=finished.outcome != "exited",
-            evidence=(evidence,) if evidence else (),
+            evidence=((tested,) if tested else ()) + refusals,
         )
 
-    def _output(self, run: CommandRun, finished: Finished, outcome: str) -> str:
+    def _output(self, run: CommandRun, outcome: str, secrets: Mapping[str, str]) -> str:
         meta = read_meta(run)
         command = meta.command if meta else "(unrecorded command)"
         streams = [self._stream(run, "stdout"), self._stream(run, "stderr")]
-        return "\n".join([f"$ {command}", outcome, *streams])
+        network = refusal_line(refused_hosts(run))
+        text = "\n".join([f"$ {command}", outcome, *network, *streams])
+        return mask(text, secrets.values())
 
     def _stream(self, run: CommandRun, stream: Literal["stdout", "stderr"]) -> str:
         path = run.log_path(stream)
@@ -132,6 +167,15 @@ class RunCommand:
         if not body:
             return f"--- {stream}: empty"
         return f"--- {stream} (Keel keeps the full log of execution {run.exec_id}) ---\n{body}"
+
+
+def refusal_line(refused: list[str]) -> list[str]:
+    """The line naming what the egress proxy refused, if it refused anything."""
+    if not refused:
+        return []
+    shown = ", ".join(refused[:REFUSED_SHOWN])
+    more = f" and {len(refused) - REFUSED_SHOWN} more" if len(refused) > REFUSED_SHOWN else ""
+    return [f"network: refused {shown}{more} (not in this agent's allowlist)"]
 
 
 def verdict(finished: Finished, timeout_s: float) -> str:

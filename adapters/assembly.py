@@ -332,6 +332,7 @@ class Keel:
                 allow_protected=agent.allow_protected_push if agent else False,
                 credentials=self.checkouts,
                 secrets=self.checkouts.agent_secrets,
+                masked=self.checkouts.secret_values,
             )
             return {tool.name: tool for tool in (*devbox, *common)}
 

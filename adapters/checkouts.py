@@ -118,6 +118,13 @@ class Checkouts:
             return {}
         return {n: s.value.get_secret_value() for n, s in repo.secrets.items() if s.agent}
 
+    async def secret_values(self, task_id: str) -> list[str]:
+        """Every secret value of the task's repository, whoever may see it: masked in all
+        command output (a setup may leave a setup-only secret in the home)."""
+        key = await self._repo_of(task_id)
+        repo = self.repositories.get(key) if key else None
+        return [s.value.get_secret_value() for s in repo.secrets.values()] if repo else []
+
     async def _pull_branch(self, root: Task) -> str | None:
         """A task that began on a pull request a task opened works on that pull request's
         branch, so its pushes follow the branch instead of starting over from the default."""

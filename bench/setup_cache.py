@@ -159,7 +159,10 @@ async def restore_vs_copy(folder: Path) -> tuple[list[float], list[float], str]:
             subprocess.run(["sync"], check=True)
             started = time.perf_counter()
             if what == "restore":
-                restored = await cache.restore("bench", target, folder / f"home-{n}")
+                (folder / f"home-{n}").mkdir()
+                restored = await cache.restore(
+                    "bench", target, folder / f"home-{n}", folder / f"stage-{n}"
+                )
                 assert restored is not None
                 method = restored.method
                 restores.append(time.perf_counter() - started)

@@ -314,9 +314,16 @@ def default_agents() -> dict[str, AgentConfig]:
     return {"default": AgentConfig()}
 
 
+def _network_text(egress: Egress) -> str:
+    if egress.mode != "allowlist":
+        return egress.mode
+    return f"allowlist of {len(egress.allow)} host{'' if len(egress.allow) == 1 else 's'}"
+
+
 def describe_agents(agents: dict[str, AgentConfig]) -> str:
     listed = ", ".join(
-        f"{name} ({len(agent.tools)} tools, max {agent.limits.max_turns} turns)"
+        f"{name} ({len(agent.tools)} tools, max {agent.limits.max_turns} turns, "
+        f"network {_network_text(agent.egress())})"
         for name, agent in agents.items()
     )
     return f"agents: {listed}"
@@ -369,8 +376,9 @@ class CacheConfig(ConfigSection):
     root: Path | None = None
     max_bytes: int = Field(default=20 * 2**30, ge=0)
     max_age_s: float = Field(default=14 * 86_400, gt=0)
-    # ``link``: hard links (fast; tasks of one repository share the files, which are made
-    # read-only); ``copy``: a private copy per workspace.
+    # ``link``: the workspace's paths by hard links when Keel runs as root (the files are
+    # given to ``nobody`` and made read-only: no command can change them), else copied;
+    # ``copy``: always a private copy. The home is always copied.
     restore: Literal["link", "copy"] = "link"
 
 
@@ -395,8 +403,18 @@ class WorkspaceConfig(ConfigSection):
         return paths
 
     def describe(self, source: SourceOf) -> str:
-        repos = ", ".join(self.repositories) or "none configured"
-        return f"workspace: {self.root}, sandbox {self.sandbox}, repositories: {repos}"
+        repos = ", ".join(
+            f"{key} (setup: {'own script' if repo.setup is None else 'configured'}, "
+            f"network {repo.network}, {len(repo.secrets)} secrets)"
+            for key, repo in self.repositories.items()
+        ) or "none configured"
+        cache = (
+            f"cache {self.cache_root} (up to {self.cache.max_bytes / 2**30:g} GiB, "
+            f"restore by {self.cache.restore})"
+            if self.cache.enabled
+            else "no cache"
+        )
+        return f"workspace: {self.root}, sandbox {self.sandbox}, {cache}, repositories: {repos}"
 
 
 _FALLBACK_FORMS = {

@@ -31,7 +31,7 @@ async def prepare(task: Task, ctx: ExecutorContext) -> SetupReport | None:
 
     try:
         return await ctx.prepare_workspace(task, started)
-    except KeelError as e:
+    except (KeelError, OSError) as e:  # a clone that failed, a disk that is full
         log.warning("the workspace of task %s could not be prepared: %s", task.task_id, e)
         return SetupReport("unavailable", outcome=str(e)[:500])
 

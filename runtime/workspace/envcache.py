@@ -11,13 +11,16 @@ Layout: ``<root>/<key>/entry.json`` (repository, paths, size, times) beside ``wo
 leaves a half entry that looks whole. Nothing that holds a repository secret is stored: the
 captured files are searched for each secret's value first.
 
-Restore is by hard links where the cache and the workspaces share a filesystem (``cp -al``:
-one process, no per-file Python), else a copy. Linked files share their inode with the entry,
-so the entry's files are made read-only when stored, and an entry where one has become
-writable again (a task changed it in place) is discarded rather than restored: a tripwire
-within one repository's tasks, not a boundary (a ``restore: copy`` cache gives each workspace
-its own files). Every path is checked before Keel copies from or into a workspace: relative,
-no ``..``, no ``.git``, and every folder on the way a real folder, never a link.
+Restore of the workspace's paths is by hard links when Keel runs as root and the cache and the
+workspaces share a filesystem (``cp -al``: one process, no per-file Python), else a copy. Linked
+files share their inode with the entry, so when stored they are given to ``CACHE_OWNER`` and
+made read-only: a sandboxed command runs as Keel's user with no capability, so it can read them
+but neither write nor chmod them, and no task changes what the next one restores (an entry
+whose files are not so any more is discarded, not restored). The home is always copied: tools
+write their caches there in place. Each path is restored under a staging folder and renamed
+into place, so an interrupted restore leaves no half tree that looks whole. Every path is
+checked before Keel copies from or into a workspace: relative, no ``..``, no ``.git``, and
+every folder on the way a real folder, never a link.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from runtime.workspace.state import UnsafeState, ensure_real_dir
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+CACHE_OWNER = 65534  # "nobody": the owner of an entry's linked files, never a sandbox's user
 RestoreMode = Literal["link", "copy"]
 # Files whose content decides what setup installs. Only the repository's top level: a
 # monorepo's nested lockfiles are named by an operator's setup command, which is in the key.
@@ -140,6 +144,11 @@ class EnvCache:
             self._remove(entry.key)
         return gone
 
+    @property
+    def links(self) -> bool:
+        """Whether restores link: asked for, and Keel can give the files another owner."""
+        return self.restore_mode == "link" and os.geteuid() == 0
+
     async def store(
         self,
         key: str,
@@ -149,7 +158,23 @@ class EnvCache:
         paths: Sequence[str],
         secrets: Iterable[str] = (),
     ) -> Entry | str:
-        """Keep ``paths`` of ``workspace`` and the whole ``home``: the entry, or why not."""
+        """Keep ``paths`` of ``workspace`` and the whole ``home``: the entry, or why not (a
+        reason with no secret in it: a file name the setup chose may hold one)."""
+        values = [s for s in secrets if len(s) >= 4]
+        try:
+            return await self._store(key, repo, workspace, home, paths, values)
+        except (OSError, RestoreFailed, UnsafeState) as e:
+            return f"not cached: {_masked(str(e), values)[-300:]}"
+
+    async def _store(
+        self,
+        key: str,
+        repo: str,
+        workspace: Path,
+        home: Path,
+        paths: Sequence[str],
+        secrets: Sequence[str],
+    ) -> Entry | str:
         if self.find(key) is not None:
             return "an entry for this key exists already"
         ensure_real_dir(self.root)
@@ -165,10 +190,11 @@ class EnvCache:
                 await _cp(["-a", f"{home}/.", str(staging / "home")])
             else:
                 ensure_real_dir(staging / "home")
-            leaked = _holding_secret(staging, [s for s in secrets if len(s) >= 4])
+            leaked = _holding_secret(staging, secrets)
             if leaked is not None:
-                return f"not cached: {leaked} holds one of the repository's secrets"
-            size = _seal(staging, read_only=self.restore_mode == "link")
+                where = _masked(leaked, secrets)
+                return f"not cached: {where} holds one of the repository's secrets"
+            size = _seal(staging / "workspace", handed_over=self.links) + _seal(staging / "home")
             now = time.time()
             entry = Entry(key, repo, tuple(kept), size, now, now)
             _write_entry(staging, entry)
@@ -182,30 +208,48 @@ class EnvCache:
         self.evict()
         return entry
 
-    async def restore(self, key: str, workspace: Path, home: Path) -> Restored | None:
+    async def restore(
+        self, key: str, workspace: Path, home: Path, staging: Path
+    ) -> Restored | None:
         """Put the entry's files into a fresh workspace and home; None (and the entry
-        discarded) when it is missing, tampered with, or cannot be restored."""
+        discarded when it is not as stored) when that cannot be done.
+
+        Each path is first made under ``staging`` (a folder of Keel's on the workspace's
+        filesystem, outside every sandbox) and then renamed into place: a path that exists
+        in the workspace was restored whole, so a restore interrupted by a crash resumes
+        where it stopped and never leaves a half tree that looks restored."""
         folder = self._folder(key)
         entry = _read_entry(folder)
         if entry is None:
             return None
-        linked = self.restore_mode == "link"
-        if linked and await _writable_file(folder / "workspace", folder / "home"):
-            log.warning("cache entry %s of %s was changed in place; discarding it", key, entry.repo)
+        if self.links and await _changed(folder / "workspace"):
+            log.warning("cache entry %s of %s is not as stored; discarding it", key, entry.repo)
             self._remove(key)
             return None
-        method: Literal["hard links", "copy"] = "hard links" if linked else "copy"
+        method: Literal["hard links", "copy"] = "hard links" if self.links else "copy"
         try:
+            if staging.exists():
+                _make_writable(staging)
+                shutil.rmtree(staging)
+            ensure_real_dir(staging)
             for path in entry.paths:
                 if not safe_relative(path) or os.path.lexists(workspace / path):
                     continue
                 _make_parents(workspace, path)
-                source, target = str(folder / "workspace" / path), str(workspace / path)
-                method = await self._copy(source, target, method)
-            method = await self._copy(f"{folder / 'home'}/.", str(home), method)
+                _make_parents(staging, path)
+                source = str(folder / "workspace" / path)
+                method = await self._copy(source, str(staging / path), method)
+                os.rename(staging / path, workspace / path)
+            if not any(home.iterdir()):
+                # The home is copied: what tools write there in place (package caches) must
+                # not reach the entry. A folder renamed over the empty home keeps its path.
+                await _cp(["-a", str(folder / "home"), str(staging / ".home")])
+                os.rename(staging / ".home", home)
         except (OSError, RestoreFailed, UnsafeState) as e:
             log.warning("restoring cache entry %s failed: %s", key, e)
             return None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         used = Entry(**(asdict(entry) | {"last_used": time.time()}))
         _write_entry(folder, used)
         return Restored(used, method)
@@ -305,24 +349,40 @@ def _holding_secret(root: Path, secrets: Sequence[str]) -> str | None:
     return None
 
 
-def _seal(root: Path, *, read_only: bool) -> int:
-    """The entry's size in bytes; with ``read_only``, its files lose their write bits."""
+def _seal(root: Path, *, handed_over: bool = False) -> int:
+    """The size in bytes of the files under ``root``; with ``handed_over``, each file is
+    given to ``CACHE_OWNER`` and made read-only (readable by all): hard-linked into a
+    workspace, it is then a file the sandbox can read but neither write nor chmod, since it
+    runs as Keel's user with no capability. Only Keel as root can do this."""
     size = 0
     for path, info in _files(root):
         if stat.S_ISREG(info.st_mode):
             size += info.st_size
-            if read_only and info.st_mode & 0o222:
-                os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o222)
+            if handed_over:
+                mode = stat.S_IMODE(info.st_mode)
+                readable = (mode & ~0o7222) | 0o444 | (0o111 if mode & 0o100 else 0)
+                os.chown(path, CACHE_OWNER, CACHE_OWNER, follow_symlinks=False)
+                os.chmod(path, readable)  # a regular file by lstat, in Keel's own folder
     return size
 
 
-async def _writable_file(*roots: Path) -> bool:
-    """Whether a file under ``roots`` has a write bit (``find`` walks faster than Python)."""
+async def _changed(root: Path) -> bool:
+    """Whether a file under ``root`` is no longer ``CACHE_OWNER``'s and read-only (``find``
+    walks faster than Python)."""
     found = await run_process(
-        [host_program("find"), *map(str, roots), "-type", "f", "-perm", "/222", "-print", "-quit"],
+        [
+            host_program("find"), str(root), "-type", "f",
+            "(", "!", "-uid", str(CACHE_OWNER), "-o", "-perm", "/222", ")", "-print", "-quit",
+        ],
         timeout_s=600,
     )
     return not found.ok or bool(found.stdout.strip())
+
+
+def _masked(text: str, secrets: Sequence[str]) -> str:
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
 
 
 def _make_writable(root: Path) -> None:

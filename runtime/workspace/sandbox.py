@@ -226,8 +226,12 @@ def _with_secrets(options: list[str], argv: Sequence[str], names: list[str]) -> 
     """bubblewrap started by a shell that adds ``--setenv NAME "$NAME"`` for each secret,
     expanding its value from the environment it inherited (``launcher_env``): the wrapper
     script, which is a file, holds the names only."""
-    setenv = " ".join(f'--setenv {name} "${name}"' for name in names)
-    line = f'exec {shlex.join(options)} {setenv} -- "$@"'
+    pairs = " ".join(f'--setenv {name} "${name}"' for name in names)
+    # Not on bubblewrap's command line, which every user of the host may read in /proc: the
+    # pairs come through a pipe (``--args``), written by printf, a builtin (no argv of its
+    # own; the subshell's is this line, with the names only).
+    feed = f"3< <(printf '%s\\0' {pairs})"
+    line = f'exec {shlex.join(options)} --args 3 -- "$@" {feed}'
     return [host_program("bash"), "-c", line, "keel-sandbox", *argv]
 
 

@@ -113,7 +113,10 @@ class SetupReport:
                     if self.outcome == "exited"
                     else self.outcome.replace("_", " ")
                 )
-                return f"`{self.command}` {verdict} after {self.duration_s:.1f}s"
+                line = f"`{self.command}` {verdict} after {self.duration_s:.1f}s"
+                if self.cache.startswith("not cached"):
+                    line += f"; {self.cache}"
+                return line
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,7 +182,8 @@ class Setups:
         secrets = definition.secrets if source == "operator" else {}
         sandbox = replace(self.sandbox, egress=definition.egress, secrets=secrets)
         if self.cache is not None and "attempt" not in record:
-            restored = await self.cache.restore(key, workspace, state.home)
+            staging = state.root / "restoring"
+            restored = await self.cache.restore(key, workspace, state.home, staging)
             if restored is not None:
                 maintenance = None
                 if definition.maintenance:

@@ -20,6 +20,7 @@ from runtime.store import usage
 from runtime.store.engine import Database
 from runtime.store.records import TaskResult, TaskStatus
 from runtime.store.usage import ModelCall
+from runtime.workspace.envcache import EnvCache
 from tests.factories import app_key_pair, make_spec
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
@@ -233,3 +234,26 @@ def test_config_check_online_exchanges_the_app_key_for_a_token_and_runs_auth_tes
     assert bad.returncode == 1
     assert "github: refused (401)" in bad.stderr and "GITHUB_APP_PRIVATE_KEY" in bad.stderr
     assert "BEGIN" not in bad.stderr + bad.stdout
+
+
+async def test_cache_ls_lists_entries_and_clear_removes_one_repositorys(tmp_path: Path) -> None:
+    ws, home = tmp_path / "src", tmp_path / "home"
+    (ws / ".venv").mkdir(parents=True)
+    (ws / ".venv" / "lib.py").write_text("x = 1\n" * 1000)
+    home.mkdir()
+    cache = EnvCache(tmp_path / "cache")
+    for key, repo in (("aaa111", "acme/api"), ("bbb222", "acme/web")):
+        assert not isinstance(await cache.store(key, repo, ws, home, [".venv"]), str)
+    config = tmp_path / "app.yaml"
+    config.write_text(f"workspace:\n  root: {tmp_path / 'workspaces'}\n")
+    listed = _keel("cache", "ls", "--config", str(config), db_url="sqlite://", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "aaa111  acme/api" in listed.stdout and "bbb222  acme/web" in listed.stdout
+    assert "2 entries" in listed.stdout
+    cleared = _keel(
+        "cache", "clear", "--repo", "acme/api", "--config", str(config),
+        db_url="sqlite://", cwd=tmp_path,
+    )
+    assert cleared.returncode == 0 and "removed 1 entries" in cleared.stdout
+    assert [e.repo for e in cache.entries()] == ["acme/web"]
+    assert not (tmp_path / "cache" / "aaa111").exists()

@@ -169,6 +169,7 @@ async def test_python_setup_then_tests_pass_then_cache_restores_then_lockfile_re
         "probe": {
             "url": str(bare),
             "setup": pip_setup(registry),
+            "maintenance": "test -d .venv/site && echo maintained > .maintained",
             "allow": [f"127.0.0.1:{registry.port}"],
         }
     }
@@ -192,6 +193,9 @@ async def test_python_setup_then_tests_pass_then_cache_restores_then_lockfile_re
         second = await run_task(keel, "probe")
         [setup] = await evidence(keel, second, "setup")
         assert setup["status"] == "restored", setup
+        assert setup["maintenance_exit"] == 0, "maintenance runs on the restored environment"
+        assert (tmp_path / "ws" / second.task_id / ".maintained").read_text() == "maintained\n"
+        assert not (tmp_path / "ws" / first.task_id / ".maintained").exists()
         assert len(registry.requests) == served, "a restored environment fetches nothing"
         [tests] = await evidence(keel, second, "test_run")
         assert tests["exit_code"] == 0
@@ -286,7 +290,9 @@ async def test_secrets_reach_setup_and_only_agent_ones_reach_commands_and_nothin
     digest = hashlib.sha256(SETUP_SECRET.encode()).hexdigest()
     check = (
         f'test "$(printf %s "$SETUP_TOKEN" | sha256sum | cut -c1-64)" = {digest} && '
-        'echo "setup sees $SETUP_TOKEN"; mkdir -p .venv && echo built > .venv/marker'
+        'echo "setup sees $SETUP_TOKEN"; mkdir -p .venv && echo built > .venv/marker; '
+        # As `pip config` or `npm config set` would: a setup-only secret left in the home.
+        'mkdir -p ~/.config && echo "index=$SETUP_TOKEN" > ~/.config/pip.conf'
     )
     repositories = {
         "sec": {
@@ -298,7 +304,7 @@ async def test_secrets_reach_setup_and_only_agent_ones_reach_commands_and_nothin
             },
         }
     }
-    shown = 'echo "[${SETUP_TOKEN:-absent}] [${AGENT_TOKEN:-absent}]"'
+    shown = 'echo "[${SETUP_TOKEN:-absent}] [${AGENT_TOKEN:-absent}]"; cat ~/.config/pip.conf'
     turns = [
         {"tool_calls": [{"name": "run_command", "args": {"command": shown}}]},
         {"say": "ok"},
@@ -311,11 +317,18 @@ async def test_secrets_reach_setup_and_only_agent_ones_reach_commands_and_nothin
     assert setup["exit_code"] == 0, "setup did not see its secret"
     assert "setup sees ***" in setup["tail"]
     assert posts and not any(SETUP_SECRET in p.body or AGENT_SECRET in p.body for p in posts)
+    posts_text = "\n".join(p.body for p in posts)
     assert "[absent] [***]" in str(command.result), command.result
+    assert "index=***" in str(command.result), "a setup-only secret in the home is masked too"
+    assert setup["cache"].startswith("not cached: home/.config/pip.conf holds")
+    assert "home/.config/pip.conf holds one of the repository's secrets" in posts_text
+    left_by_setup = tmp_path / "ws" / ".keel-state" / task.task_id / "home/.config/pip.conf"
     for secret in (SETUP_SECRET, AGENT_SECRET):
         assert rows_containing(db_url, secret) == []
         assert secret not in caplog.text
         for path in [*(tmp_path / "ws").rglob("*"), *(tmp_path / "cache").rglob("*")]:
+            if path == left_by_setup:
+                continue  # the operator's setup wrote it there; Keel names the file instead
             if path.is_file() and not path.is_symlink():
                 assert secret.encode() not in path.read_bytes(), path
 
@@ -440,3 +453,52 @@ async def test_the_repositorys_own_script_runs_without_the_operators_secrets(
         [setup] = await evidence(keel, task, "setup")
     assert setup["source"] == "repository" and setup["command"] == "bash .keel/setup.sh"
     assert setup["exit_code"] == 0 and "token [absent] agent [absent]" in setup["tail"]
+
+
+async def test_a_task_cannot_change_the_cached_environment_for_later_tasks(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A restored environment's files are hard links to the cache's; a task's command can
+    neither write them nor make them writable, so the next task gets what setup made."""
+    bare = make_bare_repo(tmp_path, {".gitignore": ".venv/\n"})
+    setup = "mkdir -p .venv/bin && echo GOOD > .venv/bin/tool"
+    tamper = (
+        "chmod u+w .venv/bin/tool; printf EVIL > .venv/bin/tool; "
+        "chmod a-w .venv/bin/tool; cat .venv/bin/tool"
+    )
+    repositories = {"env": {"url": str(bare), "setup": setup, "network": "off"}}
+    turns = [
+        {"tool_calls": [{"name": "run_command", "args": {"command": tamper}}]},
+        {"say": "ok"},
+    ]
+    async with running(tmp_path, db_url, turns, repositories) as keel:
+        first = await run_task(keel, "env")
+        second = await run_task(keel, "env")
+        [restored] = await evidence(keel, second, "setup")
+        [call] = [c for c in await calls(keel, second) if c.name == "run_command"]
+        third = await run_task(keel, "env")
+        [again] = await evidence(keel, third, "setup")
+    output = str((call.result or {}).get("output"))
+    assert restored["status"] == "restored" and "Operation not permitted" in output
+    assert "---\nGOOD\n" in output, "the command read what setup made"
+    assert again["status"] == "restored", "the entry is intact and still restored"
+    # The first task's files are its own (the cache took a copy); the others' are linked.
+    assert (tmp_path / "ws" / first.task_id / ".venv/bin/tool").read_text() == "EVIL"
+    for task in (second, third):
+        assert (tmp_path / "ws" / task.task_id / ".venv/bin/tool").read_text() == "GOOD\n"
+
+
+async def test_an_environment_that_cannot_be_stored_leaves_the_task_going(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The repository's script makes a home too deep for ``cp``: the entry is not stored, the
+    reason says why, and the task still runs to its answer."""
+    name = "d" * 60  # 120 levels of it: past PATH_MAX
+    deep = f'cd ~ && for i in $(seq 120); do mkdir {name} && cd {name} || exit 1; done\n'
+    bare = make_bare_repo(tmp_path, {".keel/setup.sh": deep})
+    repositories = {"deep": {"url": str(bare), "network": "off"}}
+    async with running(tmp_path, db_url, [{"say": "ok"}], repositories) as keel:
+        task = await run_task(keel, "deep")
+        [setup] = await evidence(keel, task, "setup")
+    assert task.status is TaskStatus.succeeded, task.result
+    assert setup["exit_code"] == 0 and setup["cache"].startswith("not cached"), setup

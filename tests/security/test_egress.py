@@ -28,7 +28,15 @@ import pytest
 
 from runtime.tools.base import Completed, Started, Stopped
 from runtime.tools.devbox import RunCommand
-from runtime.workspace.commands import CommandRun, execution_id, refused_hosts, stop
+from runtime.workspace.commands import (
+    CommandRun,
+    Finished,
+    check,
+    execution_id,
+    launch,
+    refused_hosts,
+    stop,
+)
 from runtime.workspace.egress import ALLOW_FILE, REFUSED_FILE, SOCKET_FILE, Egress
 from runtime.workspace.egress_bridge import PORT, SOCKET
 from runtime.workspace.process import descendants
@@ -423,3 +431,27 @@ async def test_secrets_in_the_env_masked_in_output_and_in_no_file(
     printed, _ = await run(sandbox, ws, 'echo "token=$GITHUB_TOKEN key=$DEPLOY_KEY"', tool)
     assert "token=*** key=***" in printed.output, printed.output
     assert token not in printed.output and granted not in printed.output
+
+
+async def test_a_secret_is_on_no_command_line_while_its_command_runs(ws: Path) -> None:
+    """Every user of the host may read any process's ``/proc/<pid>/cmdline``: a secret must
+    not be in bubblewrap's arguments, nor the wrapper's, nor the command's."""
+    token = f"npm-{uuid.uuid4().hex}"
+    sandbox = Sandbox(mode="bwrap", secrets={"NPM_TOKEN": token})
+    run = CommandRun(ws, uuid.uuid4().hex[:16])
+    await launch(run, 'test -n "$NPM_TOKEN" && sleep 3', 30, sandbox)
+    seen: list[int] = []
+    for _ in range(20):  # while it runs
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    seen.append(int(entry.name))
+            except OSError:
+                continue
+        await asyncio.sleep(0.1)
+    while not isinstance(finished := check(run), Finished):
+        await asyncio.sleep(0.1)
+    assert finished.exit_code == 0, "the command saw its secret"
+    assert seen == [], "a secret was on a command line"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.workspace.envcache import EnvCache, cache_key, safe_relative
-from runtime.workspace.state import UnsafeState
+from runtime.workspace.envcache import CACHE_OWNER, EnvCache, cache_key, safe_relative
 
 
 def populate(ws: Path, home: Path) -> None:
@@ -24,6 +23,10 @@ def populate(ws: Path, home: Path) -> None:
     (home / ".cache" / "tool").write_text("t\n")
 
 
+# Linked restores hand the files to another owner, which only root can do (CI runs as root).
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="hard-link restores need root")
+
+
 @pytest.fixture
 def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
     ws, home = tmp_path / "ws", tmp_path / "home"
@@ -32,6 +35,7 @@ def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
     return ws, home, tmp_path / "cache"
 
 
+@needs_root
 async def test_restore_links_what_was_stored_into_a_fresh_workspace(
     dirs: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
@@ -43,14 +47,20 @@ async def test_restore_links_what_was_stored_into_a_fresh_workspace(
     fresh, fresh_home = tmp_path / "fresh", tmp_path / "fresh-home"
     fresh.mkdir()
     fresh_home.mkdir()
-    restored = await cache.restore("k1", fresh, fresh_home)
+    restored = await cache.restore("k1", fresh, fresh_home, tmp_path / "stage")
     assert restored is not None and restored.method == "hard links"
+    assert not (tmp_path / "stage").exists()
     assert (fresh / ".venv" / "lib" / "pkg.py").read_text() == "VALUE = 1\n"
     assert os.readlink(fresh / ".venv" / "python") == "/usr/bin/python3"
     assert (fresh_home / ".cache" / "tool").read_text() == "t\n"
     stored = root / "k1" / "workspace" / ".venv" / "lib" / "pkg.py"
     assert os.stat(stored).st_ino == os.stat(fresh / ".venv" / "lib" / "pkg.py").st_ino
-    assert os.stat(stored).st_mode & 0o222 == 0, "linked files are read-only"
+    assert os.stat(stored).st_uid == CACHE_OWNER, "linked files are not the sandbox user's"
+    assert os.stat(stored).st_mode & 0o777 == 0o444, "read-only, readable by all"
+    home_file = root / "k1" / "home" / ".cache" / "tool"
+    assert os.stat(home_file).st_ino != os.stat(fresh_home / ".cache" / "tool").st_ino, (
+        "the home is copied: tools write there in place"
+    )
 
 
 async def test_copy_mode_gives_each_workspace_its_own_files(
@@ -61,28 +71,49 @@ async def test_copy_mode_gives_each_workspace_its_own_files(
     await cache.store("k1", "acme/api", ws, home, [".venv"])
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    restored = await cache.restore("k1", fresh, tmp_path / "h2")
+    (tmp_path / "h2").mkdir()
+    restored = await cache.restore("k1", fresh, tmp_path / "h2", tmp_path / "stage")
     assert restored is not None and restored.method == "copy"
     stored = root / "k1" / "workspace" / ".venv" / "lib" / "pkg.py"
     assert os.stat(stored).st_ino != os.stat(fresh / ".venv" / "lib" / "pkg.py").st_ino
 
 
-async def test_an_entry_changed_in_place_is_discarded_not_restored(
+@needs_root
+async def test_an_entry_not_as_stored_is_discarded_not_restored(
+    dirs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Only a process with more rights than a sandbox's (root here) can change an entry's
+    file; should one, the entry is not restored again."""
+    ws, home, root = dirs
+    cache = EnvCache(root)
+    await cache.store("k1", "acme/api", ws, home, [".venv"])
+    stored = root / "k1" / "workspace" / ".venv" / "lib" / "pkg.py"
+    os.chown(stored, 0, 0)
+    os.chmod(stored, 0o644)
+    stored.write_text("VALUE = 'evil'\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (tmp_path / "h2").mkdir()
+    assert await cache.restore("k1", other, tmp_path / "h2", tmp_path / "stage") is None
+    assert cache.find("k1") is None and not (other / ".venv").exists()
+
+
+async def test_an_interrupted_restore_resumes_and_never_counts_a_half_tree(
     dirs: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
     ws, home, root = dirs
     cache = EnvCache(root)
-    await cache.store("k1", "acme/api", ws, home, [".venv"])
-    fresh = tmp_path / "fresh"
+    await cache.store("k1", "acme/api", ws, home, [".venv", "node_modules"])
+    fresh, fresh_home, stage = tmp_path / "fresh", tmp_path / "fh", tmp_path / "stage"
     fresh.mkdir()
-    assert await cache.restore("k1", fresh, tmp_path / "h1") is not None
-    poisoned = fresh / ".venv" / "lib" / "pkg.py"
-    os.chmod(poisoned, 0o644)  # a task makes its linked copy writable to edit it in place
-    poisoned.write_text("VALUE = 'evil'\n")
-    other = tmp_path / "other"
-    other.mkdir()
-    assert await cache.restore("k1", other, tmp_path / "h2") is None
-    assert cache.find("k1") is None and not (other / ".venv").exists()
+    fresh_home.mkdir()
+    # A crash left .venv half-made in the staging folder and node_modules not begun.
+    (stage / ".venv" / "lib").mkdir(parents=True)
+    (stage / ".venv" / "lib" / "partial").write_text("half\n")
+    restored = await cache.restore("k1", fresh, fresh_home, stage)
+    assert restored is not None
+    assert sorted(p.name for p in (fresh / ".venv" / "lib").iterdir()) == ["pkg.py"]
+    assert (fresh / "node_modules" / "x.js").exists() and not stage.exists()
 
 
 async def test_an_environment_holding_a_secret_is_not_stored(
@@ -117,7 +148,8 @@ async def test_paths_through_links_or_outside_are_never_copied(
     (ws / "node_modules_parent" / "mod").mkdir()
     stored = await cache.store("k2", "r", ws, home, ["node_modules_parent/mod"])
     assert not isinstance(stored, str)
-    assert await cache.restore("k2", fresh, tmp_path / "h") is None
+    (tmp_path / "h").mkdir()
+    assert await cache.restore("k2", fresh, tmp_path / "h", tmp_path / "stage") is None
     assert not (outside / "mod").exists()
 
 
@@ -152,10 +184,9 @@ async def test_evicts_old_then_least_recently_used_beyond_the_size(
     assert cache.entries() == []
 
 
-def test_a_link_in_place_of_a_cache_folder_is_refused(tmp_path: Path) -> None:
+async def test_a_link_in_place_of_a_cache_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "cache").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(UnsafeState):
-        import asyncio
-
-        asyncio.run(EnvCache(tmp_path / "cache").store("k", "r", tmp_path, tmp_path, []))
+    stored = await EnvCache(tmp_path / "cache").store("k", "r", tmp_path, tmp_path, [])
+    assert isinstance(stored, str) and "not a directory Keel made" in stored
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -5,7 +5,7 @@ Every tool reads its workspace from ``ToolContext.workspace`` (filled by the exe
 """
 
 from runtime.tools.base import Tool
-from runtime.tools.devbox.command import RunCommand, SecretSource
+from runtime.tools.devbox.command import MaskSource, RunCommand, SecretSource
 from runtime.tools.devbox.files import ApplyPatch, ListFiles, ReadFile, WriteFile
 from runtime.tools.devbox.gittools import GitCommit, GitCredentials, GitPush
 from runtime.workspace.sandbox import Sandbox
@@ -18,15 +18,17 @@ def devbox_tools(
     token: str | None = None,
     credentials: GitCredentials | None = None,
     secrets: SecretSource | None = None,
+    masked: MaskSource | None = None,
 ) -> list[Tool]:
     """The full devbox tool set for one agent; ``credentials`` (or a fixed ``token``)
-    authenticate HTTPS pushes; ``secrets`` are what a task's commands may see."""
+    authenticate HTTPS pushes; ``secrets`` are what a task's commands may see, ``masked``
+    what their output must not show."""
     return [
         ReadFile(),
         ListFiles(),
         WriteFile(),
         ApplyPatch(),
-        RunCommand(sandbox, secrets=secrets),
+        RunCommand(sandbox, secrets=secrets, masked=masked),
         GitCommit(),
         GitPush(allow_protected=allow_protected, token=token, credentials=credentials),
     ]

@@ -14,7 +14,7 @@ wherever the command printed them.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -62,6 +62,8 @@ REFUSED_SHOWN = 10
 # The secrets a task's commands may see, by task id: asked again at every report, so a worker
 # that recovers the call masks them too.
 SecretSource = Callable[[str], Awaitable[Mapping[str, str]]]
+# Values masked in a task's command output though the command was not given them.
+MaskSource = Callable[[str], Awaitable[Collection[str]]]
 
 
 class RunCommandArgs(ToolArgs):
@@ -84,10 +86,12 @@ class RunCommand:
         *,
         output_limit: int = 4096,
         secrets: SecretSource | None = None,
+        masked: MaskSource | None = None,
     ) -> None:
         self.sandbox = sandbox or Sandbox()
         self.output_limit = output_limit
         self.secrets = secrets
+        self.masked = masked
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         prepared = prepare(RunCommandArgs, args, ctx)
@@ -110,7 +114,7 @@ class RunCommand:
             case Running(elapsed_s=elapsed):
                 return Pending(detail=f"running for {elapsed:.0f}s")
             case Finished() as finished:
-                return self._report(run, finished, await self._secrets(ctx))
+                return self._report(run, finished, await self._hidden(ctx))
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         return Unknown("run_command is a wait tool: recovery polls its handle")
@@ -125,23 +129,29 @@ class RunCommand:
         if not _HANDLE.fullmatch(run.exec_id):
             return refused(f"no command execution {run.exec_id!r} in this workspace")
         finished = stop(run)
-        secrets = await self._secrets(ctx)
+        secrets = await self._hidden(ctx)
         if finished.outcome != "stopped":
             return self._report(run, finished, secrets)  # it ended on its own before the stop
         outcome = f"{verdict(finished, 0)} ({reason})"
-        mask_logs(run, secrets.values())
+        mask_logs(run, secrets)
         return Stopped(self._output(run, outcome, secrets))
 
     async def _secrets(self, ctx: ToolContext) -> dict[str, str]:
         granted = await self.secrets(ctx.task_id) if self.secrets else {}
         return {**self.sandbox.secrets, **granted}
 
-    def _report(self, run: CommandRun, finished: Finished, secrets: Mapping[str, str]) -> Completed:
-        mask_logs(run, secrets.values())
+    async def _hidden(self, ctx: ToolContext) -> list[str]:
+        """Every value to mask: the command's own secrets, and the repository's others
+        (setup may have left one in the home or the workspace)."""
+        others = await self.masked(ctx.task_id) if self.masked else ()
+        return [*(await self._secrets(ctx)).values(), *others]
+
+    def _report(self, run: CommandRun, finished: Finished, secrets: Sequence[str]) -> Completed:
+        mask_logs(run, secrets)
         meta = read_meta(run)
         outcome = verdict(finished, meta.timeout_s if meta else 0)
         output = self._output(run, outcome, secrets)
-        command = mask(meta.command, secrets.values()) if meta else "(unrecorded command)"
+        command = mask(meta.command, secrets) if meta else "(unrecorded command)"
         tested = test_evidence(run, command, finished)
         refusals = tuple(
             EvidenceItem("network_refused", host, Strength.tool_reported, {"command": command})
@@ -153,13 +163,13 @@ class RunCommand:
             evidence=((tested,) if tested else ()) + refusals,
         )
 
-    def _output(self, run: CommandRun, outcome: str, secrets: Mapping[str, str]) -> str:
+    def _output(self, run: CommandRun, outcome: str, secrets: Sequence[str]) -> str:
         meta = read_meta(run)
         command = meta.command if meta else "(unrecorded command)"
         streams = [self._stream(run, "stdout"), self._stream(run, "stderr")]
         network = refusal_line(refused_hosts(run))
         text = "\n".join([f"$ {command}", outcome, *network, *streams])
-        return mask(text, secrets.values())
+        return mask(text, secrets)
 
     def _stream(self, run: CommandRun, stream: Literal["stdout", "stderr"]) -> str:
         path = run.log_path(stream)

@@ -56,7 +56,10 @@ async def test_a_cancelled_pipeline_leaves_nothing_running() -> None:
     running = asyncio.create_task(
         run_pipeline(waiting, ["cat"], second_env=os.environ, stdin=b"", timeout_s=60)
     )
-    await asyncio.sleep(0.5)
+    for _ in range(200):  # mid-send: both of the producer's processes are running
+        if len([p for p in _all_pids() if tag in _cmdline(p)]) == 2:
+            break
+        await asyncio.sleep(0.05)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from runtime.workspace.commands import mask
 from runtime.workspace.process import run_process
 from runtime.workspace.sandbox import host_program
 from runtime.workspace.state import UnsafeState, ensure_real_dir
@@ -164,7 +165,7 @@ class EnvCache:
         try:
             return await self._store(key, repo, workspace, home, paths, values)
         except (OSError, RestoreFailed, UnsafeState) as e:
-            return f"not cached: {_masked(str(e), values)[-300:]}"
+            return f"not cached: {mask(str(e), values)[-300:]}"
 
     async def _store(
         self,
@@ -192,7 +193,7 @@ class EnvCache:
                 ensure_real_dir(staging / "home")
             leaked = _holding_secret(staging, secrets)
             if leaked is not None:
-                where = _masked(leaked, secrets)
+                where = mask(leaked, secrets)
                 return f"not cached: {where} holds one of the repository's secrets"
             size = _seal(staging / "workspace", handed_over=self.links) + _seal(staging / "home")
             now = time.time()
@@ -377,12 +378,6 @@ async def _changed(root: Path) -> bool:
         timeout_s=600,
     )
     return not found.ok or bool(found.stdout.strip())
-
-
-def _masked(text: str, secrets: Sequence[str]) -> str:
-    for value in sorted(secrets, key=len, reverse=True):
-        text = text.replace(value, "***")
-    return text
 
 
 def _make_writable(root: Path) -> None:

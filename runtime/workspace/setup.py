@@ -23,7 +23,6 @@ stop the task; its report says what failed, and the agent may fix it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from runtime.workspace.commands import (
     Finished,
     Running,
     check,
+    execution_id,
     launch,
     mask,
     mask_logs,
@@ -128,8 +128,9 @@ def report_from(data: Mapping[str, Any]) -> SetupReport:
     return SetupReport(**fields)
 
 
-def _exec_id(workspace: Path, name: str) -> str:
-    return hashlib.sha256(f"{workspace.name}\0setup\0{name}".encode()).hexdigest()[:16]
+def _setup_execution(workspace: Path, name: str) -> str:
+    """The setup's own execution ids: stable, and apart from every tool call's."""
+    return execution_id(workspace.name, f"setup:{name}")
 
 
 class Setups:
@@ -209,7 +210,7 @@ class Setups:
             _write(state, record)
         if finished.outcome == "lost":
             return SetupReport("interrupted", shown, source, attempts=attempt)
-        run = CommandRun(workspace, _exec_id(workspace, f"attempt-{attempt}"))
+        run = CommandRun(workspace, _setup_execution(workspace, f"attempt-{attempt}"))
         report = SetupReport(
             "ran",
             shown,
@@ -234,7 +235,7 @@ class Setups:
         sandbox: Sandbox,
     ) -> tuple[Finished, list[str]]:
         """Start (or adopt) the execution ``name`` and wait for its end."""
-        run = CommandRun(workspace, _exec_id(workspace, name))
+        run = CommandRun(workspace, _setup_execution(workspace, name))
         if not run.exists():
             await launch(run, command, definition.timeout_s, sandbox)
         while isinstance(outcome := check(run), Running):

@@ -1,10 +1,6 @@
-"""A task's run as data: the phases it moves through, which phase may follow which, and the
-state it carries from tick to tick.
-
-The graph is declared twice on purpose, once for each reader: ``SUCCESSORS`` for the runner,
-which refuses a transition the graph does not allow, and each phase function's return type
-(``Transition[Literal[...]]``) for mypy, which refuses a misspelt phase or an undeclared
-successor. A unit test holds the two to the same edges.
+"""A task's run as data: the names of the phases it moves through and the state it carries
+from tick to tick. Which function runs each phase and which phase may follow which is the
+phase table, ``runtime/executor/phase_table.py``.
 
 ``RunState`` is stored as JSON in ``executions.state``; its layout is the one the free dict
 had (absent keys for unset fields), so rows written before it load unchanged.
@@ -36,38 +32,9 @@ Phase = Literal[
 
 PHASES: frozenset[Phase] = frozenset(get_args(Phase))
 FIRST_PHASE: Phase = "load_context"
-# Where any phase goes when it raises: the failure is reported on the next tick. The two
-# reporting-of-last-resort phases have no such edge (their failure is the tick's).
+# Where any phase goes when it raises (``phase_table.may_follow`` allows it from every phase
+# but the last two): the failure is reported on the next tick.
 ON_ERROR: Phase = "report_failure"
-_NO_ERROR_EDGE: frozenset[Phase] = frozenset({"report_failure", "done"})
-
-_AWAIT_TOOLS_NEXT: frozenset[Phase] = frozenset({"await_tools", "advance_turn"})
-SUCCESSORS: Mapping[Phase, frozenset[Phase]] = {
-    "load_context": frozenset({"check_scheduler"}),
-    "check_scheduler": frozenset({"call_model", "report_stopped", "report_failure"}),
-    # call_model again after a compaction's summary; await_budget when a budget is spent.
-    "call_model": frozenset(
-        {
-            "dispatch_tools", "report_terminal", "check_scheduler", "report_failure",
-            "call_model", "await_budget",
-        }
-    ),
-    "await_budget": frozenset(
-        {"await_budget", "check_scheduler", "report_failure", "report_stopped"}
-    ),
-    "dispatch_tools": frozenset({"dispatch_tools", "await_tools", "await_approval"}),
-    # A call that needs a person's approval: parked until the answer, then dispatched.
-    "await_approval": frozenset({"await_approval", "dispatch_tools"}),
-    "await_tools": _AWAIT_TOOLS_NEXT,
-    # The name older rows have for await_tools.
-    "waiting": _AWAIT_TOOLS_NEXT,
-    "advance_turn": frozenset({"check_scheduler", "report_stopped", "report_failure"}),
-    "report_terminal": frozenset({"check_scheduler", "await_input", "done"}),
-    "await_input": frozenset({"await_input", "check_scheduler", "report_stopped", "done"}),
-    "report_failure": frozenset({"done"}),
-    "report_stopped": frozenset({"done"}),
-    "done": frozenset({"done"}),
-}
 
 
 def phase_named(name: str) -> Phase | None:
@@ -76,13 +43,6 @@ def phase_named(name: str) -> Phase | None:
         if phase == name:
             return phase
     return None
-
-
-def may_follow(current: Phase, following: Phase) -> bool:
-    """Whether the graph lets ``following`` come after ``current``."""
-    if following == ON_ERROR and current not in _NO_ERROR_EDGE:
-        return True
-    return following in SUCCESSORS[current]
 
 
 # -- the state a run carries -----------------------------------------------------------------

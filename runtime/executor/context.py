@@ -35,7 +35,7 @@ Write = Callable[[Transaction], None]
 
 # The phase a transition goes to. A phase function's return type names the phases it may
 # go to (``Transition[Literal["call_model", "report_stopped"]]``), so mypy holds each phase
-# to its successors in ``runtime.execution.SUCCESSORS``.
+# to its successors in the phase table (``runtime/executor/phase_table.py``).
 To = TypeVar("To", bound=Phase, covariant=True)
 
 

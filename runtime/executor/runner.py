@@ -10,15 +10,15 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
 from runtime.errors import StaleWrite
-from runtime.execution import Failure, Phase, may_follow
-from runtime.executor import approval, budget, dispatch, phases
+from runtime.execution import Failure, Phase
+from runtime.executor import phases
 from runtime.executor.context import ExecutorContext, Transition
+from runtime.executor.phase_table import LAST_RESORT, TABLE, may_follow
 from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
@@ -27,26 +27,6 @@ from runtime.store.records import Lease, Task
 from runtime.store.transcripts import TranscriptEntry
 
 log = logging.getLogger(__name__)
-
-PhaseFn = Callable[[Run, Task, ExecutorContext], Awaitable[Transition[Phase]]]
-
-PHASES: dict[Phase, PhaseFn] = {
-    "load_context": phases.load_context,
-    "check_scheduler": phases.check_scheduler,
-    "call_model": phases.call_model,
-    "dispatch_tools": dispatch.dispatch_tools,
-    "await_tools": dispatch.await_tools,
-    "advance_turn": dispatch.advance_turn,
-    "report_terminal": phases.report_terminal,
-    "report_failure": phases.report_failure,
-    "report_stopped": phases.report_stopped,
-    "waiting": dispatch.await_tools,
-    "await_input": phases.await_input,
-    "await_approval": approval.await_approval,
-    "await_budget": budget.await_budget,
-    "done": phases.done,
-}
-
 
 @dataclass(frozen=True, slots=True)
 class TickResult:
@@ -108,7 +88,7 @@ class Runner:
 
     async def _run_phase(self, run: Run, task: Task) -> Transition[Phase]:
         try:
-            transition = await PHASES[run.phase](run, task, self.ctx)
+            transition = await TABLE[run.phase].run(run, task, self.ctx)
             if not may_follow(run.phase, transition.phase):
                 raise RuntimeError(f"phase {run.phase} may not go to {transition.phase}")
             return transition
@@ -119,7 +99,7 @@ class Runner:
                 task.task_id,
                 extra={"task_id": task.task_id, "phase": run.phase},
             )
-            if run.phase in ("report_failure", "done"):
+            if run.phase in LAST_RESORT:
                 raise
             trace = traceback.format_exc(limit=8)
             return phases.failed(run, Failure(run.phase, str(e), type(e).__name__, trace))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runtime.executor import context, runner
+from runtime.executor import context, phase_table
 from runtime.store import tool_calls, transcripts
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
@@ -190,7 +191,8 @@ async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
     async def skips_ahead(run: Any, task: Any, ctx: Any) -> Any:
         return context.goto(run, "done")  # load_context may only go to check_scheduler
 
-    monkeypatch.setitem(runner.PHASES, "load_context", skips_ahead)
+    loads = phase_table.TABLE["load_context"]
+    monkeypatch.setitem(phase_table.TABLE, "load_context", replace(loads, run=skips_ahead))
     stack = build_stack(db_url, tmp_path, {"scripts": [{"turns": [{"say": "never"}]}]})
     task = (await stack.scheduler.schedule(make_spec())).task
 

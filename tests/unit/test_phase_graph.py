@@ -1,4 +1,4 @@
-"""The phase graph: one table for the runner, the same edges in the phases' types for mypy."""
+"""The phase table: one table for the runner, the same edges in the phases' types for mypy."""
 
 from __future__ import annotations
 
@@ -10,26 +10,26 @@ from typing import get_args, get_type_hints
 
 import pytest
 
-from runtime.execution import ON_ERROR, PHASES, SUCCESSORS, may_follow, phase_named
-from runtime.executor.runner import PHASES as RUNNER_PHASES
+from runtime.execution import ON_ERROR, PHASES, phase_named
+from runtime.executor.phase_table import TABLE, may_follow
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _declared_successors(phase: str) -> frozenset[str]:
-    returned = get_type_hints(RUNNER_PHASES[phase])["return"]  # type: ignore[index]
+    returned = get_type_hints(TABLE[phase].run)["return"]  # type: ignore[index]
     (targets,) = get_args(returned)
     return frozenset(get_args(targets))
 
 
 def test_every_phase_has_a_function_and_successors_when_graph_is_loaded() -> None:
-    assert set(RUNNER_PHASES) == set(PHASES) == set(SUCCESSORS)
-    assert all(SUCCESSORS[phase] <= PHASES for phase in PHASES)
+    assert set(TABLE) == set(PHASES)
+    assert all(TABLE[phase].next <= PHASES for phase in PHASES)
 
 
 @pytest.mark.parametrize("phase", sorted(PHASES))
 def test_phase_return_type_names_its_successors_when_read_back(phase: str) -> None:
-    assert _declared_successors(phase) == SUCCESSORS[phase]  # type: ignore[index]
+    assert _declared_successors(phase) == TABLE[phase].next  # type: ignore[index]
 
 
 def test_runner_refuses_an_edge_the_graph_lacks_when_asked() -> None:

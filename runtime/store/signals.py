@@ -1,14 +1,15 @@
 """Signal and RouteAttempt SQL: admitting a Signal exactly once and recording its route.
 
-Every function takes an open Session inside a transaction. ``admit`` stores a Signal and its
-decision in one transaction: the unique constraints on (provider, delivery_id) and dedupe_key
-are the authority (``ON CONFLICT DO NOTHING``), the reads before the insert only classify.
+Every function takes an open Session inside a transaction. A Signal and its decision are
+stored in one transaction (``read_admission``, then the caller decides, then
+``insert_signal``): the unique constraints on (provider, delivery_id) and dedupe_key are the
+authority (``ON CONFLICT DO NOTHING``), the reads before the insert only classify.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -116,31 +117,33 @@ class Redelivered:
     record: SignalRecord
 
 
-Choose = Callable[[Admission], Verdict]
+def read_admission(
+    session: Session, facts: SignalFacts, objective_keys: Sequence[str]
+) -> Admission | Redelivered:
+    """What the decision reads, inside the admitting transaction: the record of this very
+    delivery if it was stored before, else whether its fact is and each objective's state."""
+    earlier = _by_delivery(session, facts.provider, facts.delivery_id)
+    if earlier is not None:
+        return Redelivered(earlier)
+    is_duplicate = _dedupe_key_taken(session, facts.dedupe_key)
+    ci = facts.kind == "ci_result"
+    states = {key: objective_state(session, key, ci) for key in dict.fromkeys(objective_keys)}
+    return Admission(is_duplicate, MappingProxyType(states))
 
 
-def admit(
-    session: Session, facts: SignalFacts, objective_keys: Sequence[str], choose: Choose
-) -> Admitted | Redelivered:
-    """Store the Signal with the verdict ``choose`` gives on a snapshot read in this transaction.
+def insert_signal(
+    session: Session, facts: SignalFacts, admission: Admission, verdict: Verdict
+) -> Admitted | None:
+    """Store the Signal with the verdict decided on ``admission``, read in this transaction.
 
     A second fact under the same dedupe key (another delivery of one message) is stored too,
-    under a per-delivery key, so it is recorded and never acted on twice.
+    under a per-delivery key, so it is recorded and never acted on twice. None when a
+    concurrent writer took one of the unique keys first: a new read sees what it wrote.
     """
-    for _ in range(3):
-        earlier = _by_delivery(session, facts.provider, facts.delivery_id)
-        if earlier is not None:
-            return Redelivered(earlier)
-        is_duplicate = _dedupe_key_taken(session, facts.dedupe_key)
-        ci = facts.kind == "ci_result"
-        states = {key: objective_state(session, key, ci) for key in dict.fromkeys(objective_keys)}
-        verdict = choose(Admission(is_duplicate, MappingProxyType(states)))
-        key = f"dup:{facts.provider}:{facts.delivery_id}" if is_duplicate else facts.dedupe_key
-        inserted = _insert(session, facts, key, verdict)
-        if inserted is not None:
-            return Admitted(inserted)
-    # Each conflict means a concurrent writer committed, which the next read sees.
-    raise RuntimeError(f"signal {facts.provider}:{facts.delivery_id} kept conflicting")
+    duplicate = admission.is_duplicate
+    key = f"dup:{facts.provider}:{facts.delivery_id}" if duplicate else facts.dedupe_key
+    inserted = _insert(session, facts, key, verdict)
+    return Admitted(inserted) if inserted is not None else None
 
 
 def objective_state(session: Session, objective_key: str, count_ci: bool = False) -> ObjectiveState:

@@ -26,11 +26,11 @@ from adapters.logs import register_secrets
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
 from adapters.web.metrics import Metrics
-from adapters.web.sink import RoutedSink
 from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import Router
 from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
+from routing.sink import RoutedSink
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
 from runtime.config import AgentConfig, WorkspaceConfig

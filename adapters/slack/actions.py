@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
@@ -24,14 +24,12 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from adapters.slack.signals import foreign_workspace
 from adapters.slack.surface import ACTION_PREFIX, call_slack
 from adapters.slack.workspaces import SlackClients
-from routing.intake import IngestResult
+from routing.result import IngestResult
 from routing.signal import ANSWER_ACTIONS, Actor, Ignored, Signal
+from routing.sink import SignalSink
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
 from runtime.threads import BadThreadRef, SlackThread
-
-if TYPE_CHECKING:
-    from adapters.web.ingress import SignalSink
 
 log = logging.getLogger(__name__)
 _REFUSALS = {

@@ -186,9 +186,7 @@ class RoutingPolicy:
         if actor.permission is None:
             # Anyone who can see the repository can read it; beyond that it must be proven.
             return self.github_min_permission == "read"
-        if actor.permission not in PERMISSIONS:
-            return False
-        return rank(actor.permission) >= rank(self.github_min_permission)
+        return permits(actor.permission, self.github_min_permission)
 
 
 # The glyph a reaction name stands for, so typing the stop emoji stops like reacting with it.
@@ -202,6 +200,14 @@ def _reaction_as_text(reaction: str) -> frozenset[str]:
 
 def rank(permission: str) -> int:
     return PERMISSIONS.index(_permission(permission))
+
+
+def permits(permission: str | None, needed: str) -> bool:
+    """Who may ask on GitHub: a permission at least ``needed``. A custom role, none, or a
+    threshold that is not a permission never passes."""
+    if permission not in PERMISSIONS or needed not in PERMISSIONS:
+        return False
+    return rank(permission) >= rank(needed)
 
 
 def _permission(value: str) -> Permission:

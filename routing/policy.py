@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, assert_never, get_args
 
-from routing.config import DaemonsConfig, RoutingConfig
+from routing.config import STOP_WORDS, DaemonsConfig, RoutingConfig
 from routing.daemons import DaemonDefinition, daemon_from_config
 from routing.signal import Actor, Signal
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef
@@ -42,7 +42,7 @@ class RoutingPolicy:
     allowed_bots: frozenset[str] = frozenset()
     join_thread_replies: bool = True
     new_task_prefix: str = "new:"
-    stop_words: frozenset[str] = frozenset({"stop", "cancel"})
+    stop_words: frozenset[str] = frozenset(STOP_WORDS)
     stop_reaction: str = "octagonal_sign"
     channel_repos: Mapping[str, str] = field(default_factory=lambda: _NO_REPOS)
     default_repo: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from routing.signal import FAILED_CONCLUSIONS, Signal
+from routing.signal import FAILED_CONCLUSIONS, Signal, slack_message_fact
 from runtime.store import links
 from runtime.store import signals as store
 from runtime.store.engine import Database
@@ -18,7 +18,8 @@ async def in_its_thread(db: Database, signal: Signal) -> Signal:
     item = signal.message or signal.thread_ref
     if signal.kind not in ("reaction", "action") or not isinstance(item, SlackThread):
         return signal
-    owner = await db.read(lambda s: store.owner_of_message(s, item))
+    fact = slack_message_fact(item.team, item.channel, item.target_ts)
+    owner = await db.read(lambda s: store.owner_of_message(s, item, fact))
     thread = owner[1].root if owner is not None else None
     if owner is None or not isinstance(thread, SlackThread):
         return signal  # the root itself, or a message Keel knows nothing of

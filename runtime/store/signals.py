@@ -252,10 +252,12 @@ def pending_signals(session: Session, received_before: datetime, limit: int) -> 
     return [to_record(row) for row in session.scalars(query)]
 
 
-def owner_of_message(session: Session, message: SlackThread) -> tuple[str, ThreadRef] | None:
+def owner_of_message(
+    session: Session, message: SlackThread, fact_key: str
+) -> tuple[str, ThreadRef] | None:
     """The (objective, thread) a Slack message belongs to: one of our posts (where its outbox
     row landed, in whichever thread), or a message someone sent us (the Signal stored under
-    its dedupe key, as the Slack adapter writes it)."""
+    ``fact_key``, the message's dedupe key)."""
     ts = message.target_ts
     landed = f"slack:{message.team}/{message.channel}/%:{ts}"
     ours = session.execute(
@@ -268,7 +270,7 @@ def owner_of_message(session: Session, message: SlackThread) -> tuple[str, Threa
         return str(ours[0]), parse_thread(ours[1])
     theirs = session.execute(
         select(SignalRow.objective_key, SignalRow.thread_ref)
-        .where(SignalRow.dedupe_key == f"slack:{message.team}:{message.channel}:{ts}")
+        .where(SignalRow.dedupe_key == fact_key)
         .limit(1)
     ).first()
     if theirs is not None and theirs[0] and theirs[1]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
 
 from runtime.ids import SignalId, TaskId
-from runtime.store.signals import SignalRecord
+from runtime.store.signals import Decision, SignalRecord
 
-Decision = Literal["append", "new_task", "drop", "daemon", "stop", "escalated", "pending"]
-DECISIONS: frozenset[str] = frozenset(get_args(Decision))
+__all__ = ["ACKNOWLEDGED", "Decision", "IngestResult", "result_of"]
+
 # Decisions that put work in a task's hands, and so are acknowledged on the thread.
 ACKNOWLEDGED: frozenset[Decision] = frozenset({"new_task", "append", "stop"})
 
@@ -26,11 +25,9 @@ class IngestResult:
 
 
 def result_of(record: SignalRecord, *, duplicate: bool = False) -> IngestResult:
-    if record.decision not in DECISIONS:
-        raise ValueError(f"signal {record.signal_id} has unknown decision {record.decision!r}")
     return IngestResult(
         signal_id=record.signal_id,
-        decision=cast(Decision, record.decision),
+        decision=record.decision,
         reason=record.reason,
         task_id=record.task_id,
         duplicate=duplicate,

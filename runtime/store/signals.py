@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 from sqlalchemy import String, Table, bindparam, func, null, select, update
 from sqlalchemy.orm import Session
@@ -26,7 +26,10 @@ from runtime.store.prepared import Prepared
 from runtime.store.records import TERMINAL, Task
 from runtime.threads import SlackThread, ThreadRef, parse_thread, text_of, thread_of
 
-PENDING = "pending"
+# What became of a Signal; stored as its text in ``signals.decision``.
+Decision = Literal["append", "new_task", "drop", "daemon", "stop", "escalated", "pending"]
+_DECISIONS: tuple[Decision, ...] = get_args(Decision)
+PENDING: Decision = "pending"
 _TERMINAL = [status.value for status in TERMINAL]
 
 
@@ -58,7 +61,7 @@ class SignalRecord:
     objective_key: str | None
     actor: Mapping[str, Any]
     text: str
-    decision: str
+    decision: Decision
     reason: str | None
     task_id: TaskId | None
     received_at: datetime
@@ -98,7 +101,7 @@ class Admission:
 class Verdict:
     """What to store with the Signal. ``decision == "pending"`` means an effect follows."""
 
-    decision: str
+    decision: Decision
     reason: str | None = None
     task_id: str | None = None
     objective_key: str | None = None
@@ -179,7 +182,7 @@ def _ci_followups(session: Session, objective_key: str) -> int:
 
 
 def set_decision(
-    session: Session, signal_id: str, decision: str, reason: str | None, task_id: str | None
+    session: Session, signal_id: str, decision: Decision, reason: str | None, task_id: str | None
 ) -> None:
     """The final decision; the plan it carried out is done with."""
     session.flush()
@@ -294,7 +297,7 @@ def to_record(row: SignalRow) -> SignalRecord:
         objective_key=row.objective_key,
         actor=MappingProxyType(dict(row.actor)),
         text=row.text,
-        decision=row.decision,
+        decision=_decision(row.signal_id, row.decision),
         reason=row.reason,
         task_id=TaskId(row.task_id) if row.task_id else None,
         received_at=row.received_at,
@@ -377,6 +380,7 @@ def _by_delivery(session: Session, provider: str, delivery_id: str) -> SignalRec
     for name in ("thread_ref", "message_ref"):
         values[name] = thread_of(values[name])
     values["actor"] = MappingProxyType(dict(values["actor"]))
+    values["decision"] = _decision(values["signal_id"], values["decision"])
     if values["plan"] is not None:
         values["plan"] = MappingProxyType(dict(values["plan"]))
     return SignalRecord(**values)
@@ -395,6 +399,14 @@ def _to_attempt(row: RouteAttemptRow) -> RouteAttempt:
         outcome=row.outcome,
         created_at=row.created_at,
     )
+
+
+def _decision(signal_id: str, value: str) -> Decision:
+    """A stored decision read back; one this version does not know is refused here."""
+    for decision in _DECISIONS:
+        if decision == value:
+            return decision
+    raise ValueError(f"signal {signal_id} has unknown decision {value!r}")
 
 
 def _fit(text: str | None, limit: int) -> str | None:

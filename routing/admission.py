@@ -14,7 +14,14 @@ from routing.router import Append, Daemon, Drop, NewTask, Route, RoutingView, St
 from routing.signal import Signal
 from runtime.store import signals as store
 from runtime.store.engine import Transaction
-from runtime.store.signals import PENDING, Admission, Admitted, Redelivered, SignalFacts, Verdict
+from runtime.store.signals import (
+    PENDING,
+    Admission,
+    Redelivered,
+    SignalFacts,
+    SignalRecord,
+    Verdict,
+)
 
 _TRIES = 3
 
@@ -31,7 +38,7 @@ class Decided:
 class Taken:
     """A Signal stored for the first time, with the route it was stored under."""
 
-    admitted: Admitted
+    record: SignalRecord
     route: Route
 
 
@@ -46,9 +53,9 @@ def admit_in(
         if isinstance(read, Redelivered):
             return read
         decided = decide_on(read)
-        admitted = store.insert_signal(session, facts, read, decided.verdict)
-        if admitted is not None:
-            return Taken(admitted, decided.route)
+        record = store.insert_signal(session, facts, read, decided.verdict)
+        if record is not None:
+            return Taken(record, decided.route)
     raise RuntimeError(f"signal {facts.provider}:{facts.delivery_id} kept conflicting")
 
 

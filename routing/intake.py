@@ -167,7 +167,7 @@ class Router:
         taken = await self.db.run(lambda s: admit_in(s, facts, (), lambda _: drop))
         if isinstance(taken, Redelivered):
             return result_of(taken.record, duplicate=True)
-        return result_of(taken.admitted.record)
+        return result_of(taken.record)
 
     def _intake(
         self,
@@ -181,7 +181,7 @@ class Router:
         taken = admit_in(session, facts, keys, decide_on)
         if isinstance(taken, Redelivered):
             return result_of(taken.record, duplicate=True)
-        record = taken.admitted.record
+        record = taken.record
         if record.decision != PENDING:
             if self.reporting is not None:
                 refuse_in(session, record, self.clock.now())
@@ -203,7 +203,7 @@ class Router:
         self.faults.hit("intake:planned")
         if isinstance(taken, Redelivered):
             return result_of(taken.record, duplicate=True)
-        record = taken.admitted.record
+        record = taken.record
         if record.decision != PENDING:
             return result_of(record)
         return await self._carry_out(record, taken.route)

@@ -109,11 +109,6 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
-class Admitted:
-    record: SignalRecord
-
-
-@dataclass(frozen=True, slots=True)
 class Redelivered:
     """The same delivery was stored before; its record as it stands."""
 
@@ -136,7 +131,7 @@ def read_admission(
 
 def insert_signal(
     session: Session, facts: SignalFacts, admission: Admission, verdict: Verdict
-) -> Admitted | None:
+) -> SignalRecord | None:
     """Store the Signal with the verdict decided on ``admission``, read in this transaction.
 
     A second fact under the same dedupe key (another delivery of one message) is stored too,
@@ -145,8 +140,7 @@ def insert_signal(
     """
     duplicate = admission.is_duplicate
     key = f"dup:{facts.provider}:{facts.delivery_id}" if duplicate else facts.dedupe_key
-    inserted = _insert(session, facts, key, verdict)
-    return Admitted(inserted) if inserted is not None else None
+    return _insert(session, facts, key, verdict)
 
 
 def objective_state(session: Session, objective_key: str, count_ci: bool = False) -> ObjectiveState:
@@ -287,24 +281,23 @@ def task_created_under(session: Session, creation_key: str) -> Task | None:
 
 
 def to_record(row: SignalRow) -> SignalRecord:
-    return SignalRecord(
-        signal_id=SignalId(row.signal_id),
-        provider=row.provider,
-        delivery_id=row.delivery_id,
-        dedupe_key=row.dedupe_key,
-        kind=row.kind,
-        thread_ref=thread_of(row.thread_ref),
-        objective_key=row.objective_key,
-        actor=MappingProxyType(dict(row.actor)),
-        text=row.text,
-        decision=_decision(row.signal_id, row.decision),
-        reason=row.reason,
-        task_id=TaskId(row.task_id) if row.task_id else None,
-        received_at=row.received_at,
-        plan=MappingProxyType(dict(row.plan)) if row.plan is not None else None,
-        message_ref=thread_of(row.message_ref),
-        url=row.url,
-    )
+    return _record({f: getattr(row, f) for f in _SIGNAL_FIELDS})
+
+
+def _record(values: Mapping[str, Any]) -> SignalRecord:
+    """A record from a row's stored values, by field: thread refs parsed, the JSON fields
+    read-only, the decision checked."""
+    plan = values["plan"]
+    return SignalRecord(**{
+        **values,
+        "signal_id": SignalId(values["signal_id"]),
+        "thread_ref": thread_of(values["thread_ref"]),
+        "actor": MappingProxyType(dict(values["actor"])),
+        "decision": _decision(values["signal_id"], values["decision"]),
+        "task_id": TaskId(values["task_id"]) if values["task_id"] else None,
+        "plan": MappingProxyType(dict(plan)) if plan is not None else None,
+        "message_ref": thread_of(values["message_ref"]),
+    })
 
 
 _SIGNAL_FIELDS = (
@@ -376,14 +369,7 @@ def _by_delivery(session: Session, provider: str, delivery_id: str) -> SignalRec
     row = _BY_DELIVERY.first(session, {"b_provider": provider, "b_delivery_id": delivery_id})
     if row is None:
         return None
-    values = dict(zip(_SIGNAL_FIELDS, row, strict=True))
-    for name in ("thread_ref", "message_ref"):
-        values[name] = thread_of(values[name])
-    values["actor"] = MappingProxyType(dict(values["actor"]))
-    values["decision"] = _decision(values["signal_id"], values["decision"])
-    if values["plan"] is not None:
-        values["plan"] = MappingProxyType(dict(values["plan"]))
-    return SignalRecord(**values)
+    return _record(dict(zip(_SIGNAL_FIELDS, row, strict=True)))
 
 
 def _dedupe_key_taken(session: Session, dedupe_key: str) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from routing.config import STOP_WORDS
 from runtime.threads import ThreadRef
@@ -80,7 +80,7 @@ class Actor:
     is_self: bool
     permission: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str | bool | None]:
         """The stored form (``dataclasses.asdict`` costs more than the rest of the row)."""
         return {"id": self.id, "name": self.name, "is_bot": self.is_bot,
                 "is_self": self.is_self, "permission": self.permission}

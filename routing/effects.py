@@ -119,7 +119,7 @@ class Effects:
         self, session: Transaction, record: SignalRecord, fresh: _Fresh, *, follows: TaskId | None
     ) -> IngestResult:
         """Schedule under the creation key ``signal:{id}``; a task already made under it wins."""
-        key = f"signal:{record.signal_id}"
+        key = _creation_key(record)
         existing = store.task_created_under(session, key)
         if existing is not None:
             self.ledger.attempt_in(session, record, existing.task_id, key, "found_created")
@@ -131,7 +131,7 @@ class Effects:
         return self.ledger.settle_in(session, record, fresh.decision, reason, task_id)
 
     def _stop_in(self, session: Transaction, record: SignalRecord, target: TaskId) -> IngestResult:
-        key = f"stop:{record.signal_id}"
+        key = _stop_key(record)
         who = str(record.actor.get("name") or _actor_id(record) or "someone")
         stopped = self.scheduler.cancel_in(session, target, f"stop from {who}", _actor_id(record))
         outcome = "cancel_requested" if stopped else "idle"
@@ -176,11 +176,20 @@ def effect_key(record: SignalRecord, route: Route) -> tuple[TaskId | None, str]:
         case Append(task=task):
             return task.task_id, record.dedupe_key
         case Stop(task=task):
-            return task.task_id, f"stop:{record.signal_id}"
+            return task.task_id, _stop_key(record)
         case Daemon(task=task) if task is not None:
             return task.task_id, record.dedupe_key
         case _:
-            return None, f"signal:{record.signal_id}"
+            return None, _creation_key(record)
+
+
+def _creation_key(record: SignalRecord) -> str:
+    """The child key a signal's new task is scheduled under: a second run finds that task."""
+    return f"signal:{record.signal_id}"
+
+
+def _stop_key(record: SignalRecord) -> str:
+    return f"stop:{record.signal_id}"
 
 
 def _sender_part(record: SignalRecord) -> dict[str, Any]:

@@ -17,6 +17,7 @@ run converges.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -123,6 +124,17 @@ class Router:
         if result.decision != "drop":
             self.scheduler.wake()
         return result
+
+    async def run(self, stopping: asyncio.Event, *, every_s: float = 10.0) -> None:
+        """Resume pending plans every ``every_s`` until ``stopping``: the intake's retry loop
+        for the plans no request is carrying out any more."""
+        while not stopping.is_set():
+            try:
+                await self.resume_pending()
+            except Exception:  # the loop's boundary: the store may be away; next round retries
+                log.exception("resuming pending signals failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=every_s)
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -26,11 +25,11 @@ from adapters.logs import register_secrets
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
 from adapters.web.metrics import Metrics
-from adapters.web.sink import RoutedSink
 from routing.daemons import daemon_agents, daemon_residency
 from routing.intake import Router
 from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
+from routing.sink import RoutedSink
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
 from runtime.config import AgentConfig, WorkspaceConfig
@@ -348,7 +347,7 @@ class Keel:
         if self._listener is not None:
             self._listener.start()
         self._tasks.append(asyncio.create_task(self.dispatcher.run(self._stopping)))
-        self._tasks.append(asyncio.create_task(self._resume_pending()))
+        self._tasks.append(asyncio.create_task(self.router.run(self._stopping)))
         if intake and self.github_intake is not None:
             self._tasks.append(asyncio.create_task(self.github_intake.run(self._stopping)))
         if intake and self.github_catchup is not None:
@@ -357,13 +356,6 @@ class Keel:
             if not intake and self.worker.concurrency == 1:
                 self.db.run_on_loop()  # keel worker, one task at a time: see run_on_loop
             self._tasks.append(asyncio.create_task(self.worker.run()))
-
-    async def _resume_pending(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(Exception):
-                await self.router.resume_pending()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=10)
 
     async def stop(self) -> None:
         """Stop claiming, let each loop finish or hand on its phase, then close."""

@@ -39,6 +39,11 @@ Conclusion = Literal[
 DEFAULT_IDLE_LIFETIME_S = 86400.0
 
 
+# The words that stop a task unless the configuration names others (``routing.stop_words``);
+# the adapters' fixed command vocabulary (``routing.signal.parse_command``) reads them too.
+STOP_WORDS: tuple[str, ...] = ("stop", "cancel")
+
+
 def _lowercase(words: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(word.lower() for word in words)
 
@@ -46,7 +51,7 @@ def _lowercase(words: tuple[str, ...]) -> tuple[str, ...]:
 class RoutingConfig(ConfigSection):
     join_thread_replies: bool = True
     new_task_prefix: str = Field(default="new:", min_length=1)
-    stop_words: Annotated[Names, AfterValidator(_lowercase)] = ("stop", "cancel")
+    stop_words: Annotated[Names, AfterValidator(_lowercase)] = STOP_WORDS
     stop_reaction: str = "octagonal_sign"
     channel_repos: dict[str, Key] = Field(default_factory=dict)
     default_repo: Annotated[Key | None, BeforeValidator(blank_to_none)] = None

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from routing.config import DaemonConfig, WatchRule
 from routing.signal import Signal
 from runtime.config import AgentConfig, AgentLimits
+from runtime.daemon_role import DaemonRole
 from runtime.errors import ConfigError
 from runtime.workspace.paths import PathRefused, list_inside, read_inside
 
@@ -109,7 +110,7 @@ class DaemonDefinition:
 
 
 def daemon_objective(daemon_id: str) -> str:
-    return f"daemon:{daemon_id}"
+    return DaemonRole(daemon_id).key
 
 
 def matching_daemons(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, assert_never, get_args
 
-from routing.config import DaemonsConfig, RoutingConfig
+from routing.config import STOP_WORDS, DaemonsConfig, RoutingConfig
 from routing.daemons import DaemonDefinition, daemon_from_config
 from routing.signal import Actor, Signal
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef
@@ -42,7 +42,7 @@ class RoutingPolicy:
     allowed_bots: frozenset[str] = frozenset()
     join_thread_replies: bool = True
     new_task_prefix: str = "new:"
-    stop_words: frozenset[str] = frozenset({"stop", "cancel"})
+    stop_words: frozenset[str] = frozenset(STOP_WORDS)
     stop_reaction: str = "octagonal_sign"
     channel_repos: Mapping[str, str] = field(default_factory=lambda: _NO_REPOS)
     default_repo: str | None = None
@@ -186,9 +186,7 @@ class RoutingPolicy:
         if actor.permission is None:
             # Anyone who can see the repository can read it; beyond that it must be proven.
             return self.github_min_permission == "read"
-        if actor.permission not in PERMISSIONS:
-            return False
-        return rank(actor.permission) >= rank(self.github_min_permission)
+        return permits(actor.permission, self.github_min_permission)
 
 
 # The glyph a reaction name stands for, so typing the stop emoji stops like reacting with it.
@@ -202,6 +200,14 @@ def _reaction_as_text(reaction: str) -> frozenset[str]:
 
 def rank(permission: str) -> int:
     return PERMISSIONS.index(_permission(permission))
+
+
+def permits(permission: str | None, needed: str) -> bool:
+    """Who may ask on GitHub: a permission at least ``needed``. A custom role, none, or a
+    threshold that is not a permission never passes."""
+    if permission not in PERMISSIONS or needed not in PERMISSIONS:
+        return False
+    return rank(permission) >= rank(needed)
 
 
 def _permission(value: str) -> Permission:

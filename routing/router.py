@@ -1,8 +1,8 @@
 """The routing decision: which one owner a Signal goes to, as a pure function.
 
-``decide(signal, view, policy)`` reads only its arguments. The apply step (``routing/intake.py``)
-takes the snapshot (``RoutingView``) in the same transaction that stores the Signal, then
-performs the returned Route and records what happened.
+``decide(signal, view, policy)`` reads only its arguments. Admission (``routing/admission.py``)
+takes the snapshot (``RoutingView``) in the same transaction that stores the Signal, and the
+effects (``routing/effects.py``) perform the returned Route and record what happened.
 """
 
 from __future__ import annotations

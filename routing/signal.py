@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
+from routing.config import STOP_WORDS
 from runtime.threads import ThreadRef
 
 Provider = Literal["slack", "github"]
@@ -57,7 +58,12 @@ FAILED_CONCLUSIONS: frozenset[str] = frozenset(
 ANSWER_ACTIONS: frozenset[str] = frozenset({"approve", "reject", "continue"})
 
 _COMMAND_WORDS: Mapping[str, Command] = MappingProxyType(
-    {"stop": "stop", "cancel": "stop", "🛑": "stop", ":octagonal_sign:": "stop", "status": "status"}
+    {
+        **dict.fromkeys(STOP_WORDS, "stop"),
+        "🛑": "stop",
+        ":octagonal_sign:": "stop",
+        "status": "status",
+    }
 )
 # Slack wraps links as <url> or <url|label>; markdown as (url). Neither delimiter is part of it.
 _URL = re.compile(r"https?://[^\s<>|()\[\]\"']+")
@@ -74,7 +80,7 @@ class Actor:
     is_self: bool
     permission: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str | bool | None]:
         """The stored form (``dataclasses.asdict`` costs more than the rest of the row)."""
         return {"id": self.id, "name": self.name, "is_bot": self.is_bot,
                 "is_self": self.is_self, "permission": self.permission}
@@ -150,6 +156,13 @@ def parse_command(text: str) -> Command | None:
     """
     word = text.strip().lower()
     return _COMMAND_WORDS.get(word) or _COMMAND_WORDS.get(word.rstrip(_TRAILING).strip())
+
+
+def slack_message_fact(team: str, channel: str, ts: str) -> str:
+    """The dedupe key of one Slack message, the same for every delivery of it; a reaction or
+    click on the message is a separate fact under this key with its own suffix. Intake finds
+    a message someone sent us under it (``runtime.store.signals.owner_of_message``)."""
+    return f"slack:{team}:{channel}:{ts}"
 
 
 def find_links(text: str) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from runtime import crossposts
 from runtime.clock import Clock
+from runtime.daemon_role import DaemonRole
 from runtime.evidence import EvidenceItem, Strength
 from runtime.reply import Reply, to_markdown
 from runtime.store import ledger, outbox, tool_calls, usage
@@ -37,7 +38,7 @@ PHASE_LABELS = {
 
 
 def is_daemon(task: Task) -> bool:
-    return (task.objective_key or "").startswith("daemon:")
+    return DaemonRole.of(task.objective_key) is not None
 
 
 def progress_key(task_id: str) -> str:

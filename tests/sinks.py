@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from routing.intake import IngestResult
+from routing.result import IngestResult
 from routing.signal import Ignored, Signal
 from runtime.ids import SignalId
 

@@ -22,20 +22,18 @@ import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from routing.permissions import CachedPermissions, with_permission
-from routing.policy import PERMISSIONS, rank
+from routing.policy import permits
 from routing.signal import Ignored, Signal
+from routing.sink import SignalSink
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
 from runtime.store import github as store
 from runtime.store.engine import Database
 from runtime.surfaces import Surface
 from runtime.threads import GitHubIssue
-
-if TYPE_CHECKING:
-    from adapters.web.ingress import SignalSink
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +90,8 @@ class GitHubIntake:
         every delivery gets) when a recent lookup says they may ask, otherwise held for the
         lookup. A refusal is always held, so it is answered off the request path."""
         known = self.permissions.recent(signal.repo, signal.actor.name) if signal.repo else None
-        if known is None or not self._may_ask(known.permission):
+        # Without a recent answer that lets them ask, the held path decides, as ever.
+        if known is None or not permits(known.permission, self.min_permission):
             await self.hold(event, delivery_id, payload)
             return
         await self.sink.accept(
@@ -101,11 +100,6 @@ class GitHubIntake:
             delivery_id=delivery_id,
             raw_kind=_raw_kind(event, payload),
         )
-
-    def _may_ask(self, permission: str | None) -> bool:
-        if permission not in PERMISSIONS or self.min_permission not in PERMISSIONS:
-            return False  # a custom role, or none: the held path decides, as ever
-        return rank(permission) >= rank(self.min_permission)
 
     async def hold(self, event: str, delivery_id: str, payload: dict[str, Any]) -> None:
         """Store the delivery (the request path's only work) and wake the resolver."""

@@ -33,7 +33,7 @@ from runtime.errors import ConfigError, Retryable
 if TYPE_CHECKING:
     from adapters.github.installations import Installations
     from adapters.github.intake import GitHubIntake
-    from adapters.web.ingress import SignalSink
+    from routing.sink import SignalSink
 
 # Signals from people, whose permission decides whether Keel acts (CI results go to daemons).
 _PERSON_KINDS = frozenset({"issue_comment", "review_comment", "issue_opened", "pr_opened"})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
@@ -24,14 +24,12 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from adapters.slack.signals import foreign_workspace
 from adapters.slack.surface import ACTION_PREFIX, call_slack
 from adapters.slack.workspaces import SlackClients
-from routing.intake import IngestResult
-from routing.signal import ANSWER_ACTIONS, Actor, Ignored, Signal
+from routing.result import IngestResult
+from routing.signal import ANSWER_ACTIONS, Actor, Ignored, Signal, slack_message_fact
+from routing.sink import SignalSink
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
 from runtime.threads import BadThreadRef, SlackThread
-
-if TYPE_CHECKING:
-    from adapters.web.ingress import SignalSink
 
 log = logging.getLogger(__name__)
 _REFUSALS = {
@@ -130,8 +128,8 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
         links=(),
         received_at=received_at,
         dedupe_key=(
-            f"slack:{click.team.id}:{where.channel_id}:{where.message_ts}:action:{name}"
-            f":{person.id}:{action.action_ts}"
+            f"{slack_message_fact(click.team.id, where.channel_id, where.message_ts)}"
+            f":action:{name}:{person.id}:{action.action_ts}"
         ),
         event_action="block_actions",
         # The clicked message: intake finds its task, and the 🛑 lands on it.

@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -31,11 +31,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.actions import register_actions
 from adapters.slack.signals import SlackIdentity, foreign_workspace, signal_from_slack_event
 from routing.signal import Ignored, Signal
+from routing.sink import SignalSink
 from runtime.clock import Clock
 from runtime.errors import Retryable
-
-if TYPE_CHECKING:
-    from adapters.web.ingress import SignalSink
 
 log = logging.getLogger(__name__)
 

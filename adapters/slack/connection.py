@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from adapters.slack.app import SlackEvents
     from adapters.slack.socket_mode import SlackSocketMode
-    from adapters.web.ingress import SignalSink
+    from routing.sink import SignalSink
 
 Workspaces = SingleWorkspace | InstalledWorkspaces
 

@@ -23,6 +23,7 @@ from routing.signal import (
     SignalKind,
     find_links,
     parse_command,
+    slack_message_fact,
 )
 from runtime.threads import SlackThread
 
@@ -183,7 +184,7 @@ def _message_signal(message: _Message, actor: Actor, ctx: _Context) -> Signal | 
         command=parse_command(mention.sub(" ", text)),
         links=find_links(text),
         received_at=ctx.received_at,
-        dedupe_key=f"slack:{ctx.team}:{message.channel}:{message.ts}",
+        dedupe_key=slack_message_fact(ctx.team, message.channel, message.ts),
         event_action=message.type,
         # The message itself: the brief reads it back, and the 👀 goes on it.
         message=thread.message(message.ts),
@@ -260,8 +261,8 @@ def _from_reaction(event: dict[str, Any], ctx: _Context) -> Signal | Ignored:
         received_at=ctx.received_at,
         # Not the message's own key: a reaction is a separate fact about that message.
         dedupe_key=(
-            f"slack:{ctx.team}:{item.channel}:{item.ts}:reaction:{reaction.reaction}"
-            f":{reaction.user}:{reaction.event_ts}"
+            f"{slack_message_fact(ctx.team, item.channel, item.ts)}:reaction:"
+            f"{reaction.reaction}:{reaction.user}:{reaction.event_ts}"
         ),
         event_action="reaction_added",
         reaction=reaction.reaction,

@@ -21,7 +21,7 @@ from adapters.slack.app import (
     SLACK_INTERACTIVITY_PATH,
     SLACK_REDIRECT_PATH,
 )
-from adapters.web.sink import RoutedSink, SignalSink
+from routing.sink import RoutedSink, SignalSink
 
 GITHUB_WEBHOOK_PATH = "/github/webhook"
 __all__ = ["GITHUB_WEBHOOK_PATH", "RoutedSink", "SignalSink", "create_ingress_router"]

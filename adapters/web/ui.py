@@ -20,8 +20,9 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
 from adapters.spend import spend_text, with_spend
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
+from runtime.daemon_role import DaemonRole
 from runtime.evidence import EvidenceItem, EvidenceKind, Strength
-from runtime.reporting import describe_evidence, is_daemon
+from runtime.reporting import describe_evidence
 from runtime.store import views
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
@@ -70,9 +71,10 @@ class DaemonBadge:
 
 
 def daemon_badge(task: Task) -> DaemonBadge | None:
-    if not is_daemon(task):
+    role = DaemonRole.of(task.objective_key)
+    if role is None:
         return None
-    daemon_id = (task.objective_key or "").removeprefix("daemon:")
+    daemon_id = role.daemon_id
     if task.status.is_terminal:
         return DaemonBadge(daemon_id, "ended", "ended; the next event starts its successor")
     if task.status is TaskStatus.waiting:

@@ -1,18 +1,19 @@
 """Signal and RouteAttempt SQL: admitting a Signal exactly once and recording its route.
 
-Every function takes an open Session inside a transaction. ``admit`` stores a Signal and its
-decision in one transaction: the unique constraints on (provider, delivery_id) and dedupe_key
-are the authority (``ON CONFLICT DO NOTHING``), the reads before the insert only classify.
+Every function takes an open Session inside a transaction. A Signal and its decision are
+stored in one transaction (``read_admission``, then the caller decides, then
+``insert_signal``): the unique constraints on (provider, delivery_id) and dedupe_key are the
+authority (``ON CONFLICT DO NOTHING``), the reads before the insert only classify.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 from sqlalchemy import String, Table, bindparam, func, null, select, update
 from sqlalchemy.orm import Session
@@ -25,7 +26,10 @@ from runtime.store.prepared import Prepared
 from runtime.store.records import TERMINAL, Task
 from runtime.threads import SlackThread, ThreadRef, parse_thread, text_of, thread_of
 
-PENDING = "pending"
+# What became of a Signal; stored as its text in ``signals.decision``.
+Decision = Literal["append", "new_task", "drop", "daemon", "stop", "escalated", "pending"]
+_DECISIONS: tuple[Decision, ...] = get_args(Decision)
+PENDING: Decision = "pending"
 _TERMINAL = [status.value for status in TERMINAL]
 
 
@@ -57,7 +61,7 @@ class SignalRecord:
     objective_key: str | None
     actor: Mapping[str, Any]
     text: str
-    decision: str
+    decision: Decision
     reason: str | None
     task_id: TaskId | None
     received_at: datetime
@@ -97,16 +101,11 @@ class Admission:
 class Verdict:
     """What to store with the Signal. ``decision == "pending"`` means an effect follows."""
 
-    decision: str
+    decision: Decision
     reason: str | None = None
     task_id: str | None = None
     objective_key: str | None = None
     plan: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    record: SignalRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,31 +115,32 @@ class Redelivered:
     record: SignalRecord
 
 
-Choose = Callable[[Admission], Verdict]
+def read_admission(
+    session: Session, facts: SignalFacts, objective_keys: Sequence[str]
+) -> Admission | Redelivered:
+    """What the decision reads, inside the admitting transaction: the record of this very
+    delivery if it was stored before, else whether its fact is and each objective's state."""
+    earlier = _by_delivery(session, facts.provider, facts.delivery_id)
+    if earlier is not None:
+        return Redelivered(earlier)
+    is_duplicate = _dedupe_key_taken(session, facts.dedupe_key)
+    ci = facts.kind == "ci_result"
+    states = {key: objective_state(session, key, ci) for key in dict.fromkeys(objective_keys)}
+    return Admission(is_duplicate, MappingProxyType(states))
 
 
-def admit(
-    session: Session, facts: SignalFacts, objective_keys: Sequence[str], choose: Choose
-) -> Admitted | Redelivered:
-    """Store the Signal with the verdict ``choose`` gives on a snapshot read in this transaction.
+def insert_signal(
+    session: Session, facts: SignalFacts, admission: Admission, verdict: Verdict
+) -> SignalRecord | None:
+    """Store the Signal with the verdict decided on ``admission``, read in this transaction.
 
     A second fact under the same dedupe key (another delivery of one message) is stored too,
-    under a per-delivery key, so it is recorded and never acted on twice.
+    under a per-delivery key, so it is recorded and never acted on twice. None when a
+    concurrent writer took one of the unique keys first: a new read sees what it wrote.
     """
-    for _ in range(3):
-        earlier = _by_delivery(session, facts.provider, facts.delivery_id)
-        if earlier is not None:
-            return Redelivered(earlier)
-        is_duplicate = _dedupe_key_taken(session, facts.dedupe_key)
-        ci = facts.kind == "ci_result"
-        states = {key: objective_state(session, key, ci) for key in dict.fromkeys(objective_keys)}
-        verdict = choose(Admission(is_duplicate, MappingProxyType(states)))
-        key = f"dup:{facts.provider}:{facts.delivery_id}" if is_duplicate else facts.dedupe_key
-        inserted = _insert(session, facts, key, verdict)
-        if inserted is not None:
-            return Admitted(inserted)
-    # Each conflict means a concurrent writer committed, which the next read sees.
-    raise RuntimeError(f"signal {facts.provider}:{facts.delivery_id} kept conflicting")
+    duplicate = admission.is_duplicate
+    key = f"dup:{facts.provider}:{facts.delivery_id}" if duplicate else facts.dedupe_key
+    return _insert(session, facts, key, verdict)
 
 
 def objective_state(session: Session, objective_key: str, count_ci: bool = False) -> ObjectiveState:
@@ -176,7 +176,7 @@ def _ci_followups(session: Session, objective_key: str) -> int:
 
 
 def set_decision(
-    session: Session, signal_id: str, decision: str, reason: str | None, task_id: str | None
+    session: Session, signal_id: str, decision: Decision, reason: str | None, task_id: str | None
 ) -> None:
     """The final decision; the plan it carried out is done with."""
     session.flush()
@@ -249,10 +249,12 @@ def pending_signals(session: Session, received_before: datetime, limit: int) -> 
     return [to_record(row) for row in session.scalars(query)]
 
 
-def owner_of_message(session: Session, message: SlackThread) -> tuple[str, ThreadRef] | None:
+def owner_of_message(
+    session: Session, message: SlackThread, fact_key: str
+) -> tuple[str, ThreadRef] | None:
     """The (objective, thread) a Slack message belongs to: one of our posts (where its outbox
     row landed, in whichever thread), or a message someone sent us (the Signal stored under
-    its dedupe key, as the Slack adapter writes it)."""
+    ``fact_key``, the message's dedupe key)."""
     ts = message.target_ts
     landed = f"slack:{message.team}/{message.channel}/%:{ts}"
     ours = session.execute(
@@ -265,7 +267,7 @@ def owner_of_message(session: Session, message: SlackThread) -> tuple[str, Threa
         return str(ours[0]), parse_thread(ours[1])
     theirs = session.execute(
         select(SignalRow.objective_key, SignalRow.thread_ref)
-        .where(SignalRow.dedupe_key == f"slack:{message.team}:{message.channel}:{ts}")
+        .where(SignalRow.dedupe_key == fact_key)
         .limit(1)
     ).first()
     if theirs is not None and theirs[0] and theirs[1]:
@@ -279,24 +281,23 @@ def task_created_under(session: Session, creation_key: str) -> Task | None:
 
 
 def to_record(row: SignalRow) -> SignalRecord:
-    return SignalRecord(
-        signal_id=SignalId(row.signal_id),
-        provider=row.provider,
-        delivery_id=row.delivery_id,
-        dedupe_key=row.dedupe_key,
-        kind=row.kind,
-        thread_ref=thread_of(row.thread_ref),
-        objective_key=row.objective_key,
-        actor=MappingProxyType(dict(row.actor)),
-        text=row.text,
-        decision=row.decision,
-        reason=row.reason,
-        task_id=TaskId(row.task_id) if row.task_id else None,
-        received_at=row.received_at,
-        plan=MappingProxyType(dict(row.plan)) if row.plan is not None else None,
-        message_ref=thread_of(row.message_ref),
-        url=row.url,
-    )
+    return _record({f: getattr(row, f) for f in _SIGNAL_FIELDS})
+
+
+def _record(values: Mapping[str, Any]) -> SignalRecord:
+    """A record from a row's stored values, by field: thread refs parsed, the JSON fields
+    read-only, the decision checked."""
+    plan = values["plan"]
+    return SignalRecord(**{
+        **values,
+        "signal_id": SignalId(values["signal_id"]),
+        "thread_ref": thread_of(values["thread_ref"]),
+        "actor": MappingProxyType(dict(values["actor"])),
+        "decision": _decision(values["signal_id"], values["decision"]),
+        "task_id": TaskId(values["task_id"]) if values["task_id"] else None,
+        "plan": MappingProxyType(dict(plan)) if plan is not None else None,
+        "message_ref": thread_of(values["message_ref"]),
+    })
 
 
 _SIGNAL_FIELDS = (
@@ -368,13 +369,7 @@ def _by_delivery(session: Session, provider: str, delivery_id: str) -> SignalRec
     row = _BY_DELIVERY.first(session, {"b_provider": provider, "b_delivery_id": delivery_id})
     if row is None:
         return None
-    values = dict(zip(_SIGNAL_FIELDS, row, strict=True))
-    for name in ("thread_ref", "message_ref"):
-        values[name] = thread_of(values[name])
-    values["actor"] = MappingProxyType(dict(values["actor"]))
-    if values["plan"] is not None:
-        values["plan"] = MappingProxyType(dict(values["plan"]))
-    return SignalRecord(**values)
+    return _record(dict(zip(_SIGNAL_FIELDS, row, strict=True)))
 
 
 def _dedupe_key_taken(session: Session, dedupe_key: str) -> bool:
@@ -390,6 +385,14 @@ def _to_attempt(row: RouteAttemptRow) -> RouteAttempt:
         outcome=row.outcome,
         created_at=row.created_at,
     )
+
+
+def _decision(signal_id: str, value: str) -> Decision:
+    """A stored decision read back; one this version does not know is refused here."""
+    for decision in _DECISIONS:
+        if decision == value:
+            return decision
+    raise ValueError(f"signal {signal_id} has unknown decision {value!r}")
 
 
 def _fit(text: str | None, limit: int) -> str | None:

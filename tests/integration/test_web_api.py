@@ -94,7 +94,9 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
     facts = signals.SignalFacts(
         "slack", "Ev-web-1", "slack:msg:1", "mention", THREAD, None, {}, "make it", now
     )
-    signals.admit(session, facts, [], lambda _: signals.Verdict("new_task", task_id=task_id))
+    admission = signals.read_admission(session, facts, [])
+    assert isinstance(admission, signals.Admission)
+    signals.insert_signal(session, facts, admission, signals.Verdict("new_task", task_id=task_id))
     key = f"reply:{task_id}"
     outbox.enqueue_post(
         session,

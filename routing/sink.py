@@ -1,8 +1,5 @@
-"""Where ingress puts each delivery: the port, and ``keel serve``'s implementation.
-
-Apart from the routes (``ingress.py``) so that building ``Keel`` (which ``keel worker`` does
-too) imports no web framework.
-"""
+"""Where ingress puts each delivery: the port every provider's adapter hands its outcomes to,
+and its implementation by routing's intake."""
 
 from __future__ import annotations
 
@@ -10,8 +7,8 @@ import logging
 import time
 from typing import Protocol
 
-from adapters.web.metrics import Metrics
-from routing.intake import IngestResult, Router
+from routing.intake import Router
+from routing.result import IngestResult
 from routing.signal import Ignored, Signal
 
 log = logging.getLogger(__name__)
@@ -25,10 +22,16 @@ class SignalSink(Protocol):
     ) -> IngestResult: ...
 
 
+class AckLatency(Protocol):
+    """Where the time from a delivery to its durable record is observed (the web metrics)."""
+
+    def observe_ack(self, seconds: float, provider: str) -> None: ...
+
+
 class RoutedSink:
     """The sink of ``keel serve``: routing's intake, with a log line and the ack latency."""
 
-    def __init__(self, router: Router, metrics: Metrics) -> None:
+    def __init__(self, router: Router, metrics: AckLatency) -> None:
         self.router = router
         self.metrics = metrics
 

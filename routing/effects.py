@@ -1,0 +1,213 @@
+"""Carrying a Route out inside the caller's transaction: the append, the new task or the stop
+it asks for, each keyed so that a second run converges on the first one's effect."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, assert_never
+
+from routing.daemons import DaemonDefinition
+from routing.outcome import Ledger
+from routing.policy import RoutingPolicy
+from routing.result import Decision, IngestResult
+from routing.router import Append, Daemon, Drop, NewTask, Route, Stop
+from runtime.ids import TaskId
+from runtime.scheduler import AlreadyTerminal, Appended, Duplicate, NotFound, Scheduler
+from runtime.store import signals as store
+from runtime.store.engine import Transaction
+from runtime.store.records import TaskSpec
+from runtime.store.signals import SignalRecord
+from runtime.threads import text_of
+
+ReadBack = Literal["missing", "terminal", "active"]
+
+
+@dataclass(frozen=True, slots=True)
+class Again:
+    """A try that did not settle, and why; ``transient`` if only the store was unavailable."""
+
+    cause: str
+    transient: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Fresh:
+    """How to start a new owner for a signal if its target cannot take it."""
+
+    objective_key: str
+    agent: str
+    message: str
+    decision: Decision
+
+
+class Effects:
+    def __init__(self, scheduler: Scheduler, policy: RoutingPolicy, ledger: Ledger) -> None:
+        self.scheduler = scheduler
+        self.policy = policy
+        self.ledger = ledger
+
+    def apply_in(
+        self, session: Transaction, record: SignalRecord, route: Route
+    ) -> IngestResult | Again:
+        match route:
+            case Append(task=task):
+                return self._append_in(session, record, task.task_id, self._fresh(record), "append")
+            case NewTask(objective_key=objective, message=message, agent=agent, follows=follows):
+                fresh = _Fresh(objective, agent, message, "new_task")
+                return self._new_task_in(
+                    session, record, fresh, follows=follows.task_id if follows else None
+                )
+            case Stop(task=task):
+                return self._stop_in(session, record, task.task_id)
+            case Daemon(name=name, task=task):
+                daemon = self._daemon(name)
+                if daemon is None:
+                    gone = f"daemon {name!r} is gone"
+                    return self.ledger.settle_in(session, record, "escalated", gone)
+                text = _event_text(record)
+                fresh = _Fresh(daemon.objective_key, daemon.task_agent, text, "daemon")
+                if task is None:
+                    return self._new_task_in(session, record, fresh, follows=None)
+                # The target may be the role's ended task: the append is refused as
+                # AlreadyTerminal and the successor starts linked to it.
+                return self._append_in(session, record, task.task_id, fresh, "daemon")
+            case Drop(reason=reason):
+                return self.ledger.settle_in(session, record, "drop", reason)
+            case _:
+                assert_never(route)
+
+    def _append_in(
+        self,
+        session: Transaction,
+        record: SignalRecord,
+        target: TaskId,
+        fresh: _Fresh,
+        decision: Decision,
+    ) -> IngestResult | Again:
+        """Append under (target, dedupe key); fall back to a new owner only on proof."""
+        key = record.dedupe_key
+        text = _event_text(record) if decision == "daemon" else record.text
+        parts = [{"type": "text", "text": text}, _sender_part(record)]
+        outcome = self.scheduler.append_in(session, target, key, parts, _actor_id(record))
+        attempt_in = self.ledger.attempt_in
+        match outcome:
+            case Appended() | Duplicate():
+                label = "appended" if isinstance(outcome, Appended) else "duplicate"
+                attempt_in(session, record, target, key, label)
+                return self.ledger.settle_in(session, record, decision, None, target)
+            case AlreadyTerminal(status=status):
+                attempt_in(session, record, target, key, f"already_terminal:{status}")
+                return self._new_task_in(session, record, fresh, follows=target)
+            case NotFound():
+                state = self._read_back_in(session, target)
+                attempt_in(session, record, target, key, f"not_found:{state}")
+                if state in ("missing", "terminal"):
+                    follows = target if state == "terminal" else None
+                    return self._new_task_in(session, record, fresh, follows=follows)
+                # Still active: a second owner would split the objective.
+                return Again(f"task {target} reads back {state} but refused the append")
+            case _:
+                assert_never(outcome)
+
+    def _read_back_in(self, session: Transaction, task_id: TaskId) -> ReadBack:
+        task = self.scheduler.get_in(session, task_id)
+        if task is None:
+            return "missing"
+        return "terminal" if task.status.is_terminal else "active"
+
+    def _new_task_in(
+        self, session: Transaction, record: SignalRecord, fresh: _Fresh, *, follows: TaskId | None
+    ) -> IngestResult:
+        """Schedule under the creation key ``signal:{id}``; a task already made under it wins."""
+        key = _creation_key(record)
+        existing = store.task_created_under(session, key)
+        if existing is not None:
+            self.ledger.attempt_in(session, record, existing.task_id, key, "found_created")
+            return self.ledger.settle_in(session, record, fresh.decision, None, existing.task_id)
+        spec = self._spec(record, fresh, follows, key)
+        task_id = self.scheduler.schedule_in(session, spec).task.task_id
+        self.ledger.attempt_in(session, record, task_id, key, "scheduled")
+        reason = f"follows {follows}" if follows else None
+        return self.ledger.settle_in(session, record, fresh.decision, reason, task_id)
+
+    def _stop_in(self, session: Transaction, record: SignalRecord, target: TaskId) -> IngestResult:
+        key = _stop_key(record)
+        who = str(record.actor.get("name") or _actor_id(record) or "someone")
+        stopped = self.scheduler.cancel_in(session, target, f"stop from {who}", _actor_id(record))
+        outcome = "cancel_requested" if stopped else "idle"
+        self.ledger.attempt_in(session, record, target, key, outcome)
+        if stopped:
+            return self.ledger.settle_in(session, record, "stop", None, target)
+        return self.ledger.settle_in(session, record, "drop", "not_addressed", target)
+
+    def _fresh(self, record: SignalRecord) -> _Fresh:
+        """A follow-up whose owner is gone becomes the next task of the same objective."""
+        who = (str(record.actor.get("id") or ""), str(record.actor.get("name") or ""))
+        choice = self.policy.agent_for(record.thread_ref, who, record.text)
+        return _Fresh(
+            objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
+            agent=choice.agent,
+            message=choice.message,
+            decision="new_task",
+        )
+
+    def _spec(
+        self, record: SignalRecord, fresh: _Fresh, follows: TaskId | None, key: str
+    ) -> TaskSpec:
+        return TaskSpec(
+            agent=fresh.agent,
+            message=fresh.message,
+            origin_thread_ref=record.thread_ref.root if record.thread_ref else None,
+            objective_key=fresh.objective_key,
+            repo=self.policy.repo_for(record.thread_ref),
+            requested_by=_actor_id(record),
+            follows_task_id=follows,
+            # A root task's creation key: lets a resumed plan find the task it already made.
+            child_key=key,
+        )
+
+    def _daemon(self, name: str) -> DaemonDefinition | None:
+        return next((d for d in self.policy.daemons if d.daemon_id == name), None)
+
+
+def effect_key(record: SignalRecord, route: Route) -> tuple[TaskId | None, str]:
+    """The target and idempotency key a try of ``route`` is recorded under."""
+    match route:
+        case Append(task=task):
+            return task.task_id, record.dedupe_key
+        case Stop(task=task):
+            return task.task_id, _stop_key(record)
+        case Daemon(task=task) if task is not None:
+            return task.task_id, record.dedupe_key
+        case _:
+            return None, _creation_key(record)
+
+
+def _creation_key(record: SignalRecord) -> str:
+    """The child key a signal's new task is scheduled under: a second run finds that task."""
+    return f"signal:{record.signal_id}"
+
+
+def _stop_key(record: SignalRecord) -> str:
+    return f"stop:{record.signal_id}"
+
+
+def _sender_part(record: SignalRecord) -> dict[str, Any]:
+    """Who said a follow-up, and where: the worker renders it into the mailbox item."""
+    return {
+        "type": "sender",
+        "provider": record.provider,
+        "id": _actor_id(record),
+        "name": record.actor.get("name"),
+        "url": record.url,
+        "message": text_of(record.message_ref),
+    }
+
+
+def _actor_id(record: SignalRecord) -> str | None:
+    actor_id = record.actor.get("id")
+    return str(actor_id) if actor_id is not None else None
+
+
+def _event_text(record: SignalRecord) -> str:
+    return f"{record.text}\n\nsource: {record.thread_ref}" if record.thread_ref else record.text

@@ -298,7 +298,7 @@ async def test_daemon_role_is_never_offered_a_denied_tool_and_a_forged_call_is_r
         first_id = await k.first_parked()
         await k.event("unit-tests", 1002, "d-unit")
         await k.parked(first_id, events=2)
-        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))  # type: ignore[arg-type]
+        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))
     [push] = [c for c in calls if c.name == "git_push"]
     assert push.outcome == "error" and push.result is not None and push.result["is_error"]
     assert not (tmp_path / "pushes.log").exists()  # the tool itself never ran

@@ -205,7 +205,7 @@ async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
 async def test_each_limit_ends_run_with_its_named_outcome(db_url: str, tmp_path: Path) -> None:
     loop_turn = {"tool_calls": [_call("lookup", key="x")]}
     script = {"scripts": [{"turns": [loop_turn] * 10}]}
-    cases = {
+    cases: dict[str, dict[str, float]] = {
         "limit:max_turns": {"max_turns": 3},
         "limit:max_tool_calls": {"max_tool_calls": 2},
         "limit:max_wall_seconds": {"max_wall_seconds": 0.001},

@@ -5,10 +5,9 @@ The sink is a recording fake at a port Keel owns (``SignalSink``).
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -23,27 +22,10 @@ from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
 from runtime.threads import GitHubIssue
+from tests.sinks import RecordingSink
 
 SECRET = "github-webhook-secret"
 BODY_LIMIT = 64 * 1024
-
-
-@dataclass
-class RecordingSink:
-    """Records every outcome; ``failure`` makes ``accept`` raise as a database outage would."""
-
-    accepted: list[tuple[Signal | Ignored, str, str, str]] = field(default_factory=list)
-    failure: Exception | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    async def accept(
-        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> object:
-        if self.failure is not None:
-            raise self.failure
-        with self.lock:
-            self.accepted.append((outcome, provider, delivery_id, raw_kind))
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,7 +200,7 @@ def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
 
     from runtime.store.prepared import _compile
 
-    dialect = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+    dialect = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
     insert = _compile(transcripts._ADD_ITEMS._make("postgresql"), dialect)
     batched = insert.multi_row(3)
     assert batched is not None and batched.count("%(v_item_key__2)s") == 1

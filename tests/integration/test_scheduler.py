@@ -7,6 +7,7 @@ import itertools
 from datetime import timedelta
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from runtime.clock import ManualClock
 from runtime.scheduler import (
@@ -22,7 +23,7 @@ from runtime.scheduler import (
 )
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import DeliveryRow, MailboxMessageRow
+from runtime.store.models import Base, DeliveryRow, MailboxMessageRow
 from runtime.store.records import TaskResult, TaskStatus
 from tests.factories import make_spec, text_part
 
@@ -39,8 +40,8 @@ def _pending_tokens(db: Database, task_id: str, reason: str | None = None) -> li
     return db.run_sync(work)
 
 
-def _count(db: Database, model, **where) -> int:  # type: ignore[no-untyped-def]
-    def work(session):  # type: ignore[no-untyped-def]
+def _count(db: Database, model: type[Base], **where: object) -> int:
+    def work(session: Session) -> int:
         query = select(func.count()).select_from(model)
         for key, value in where.items():
             query = query.where(getattr(model, key) == value)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.tools.devbox.command import mask, refusal_line
+from runtime.tools.devbox.command import refusal_line
 from runtime.workspace import egress_bridge
+from runtime.workspace.commands import mask
 from runtime.workspace.egress import (
     PACKAGE_REGISTRIES,
     REFUSED_FILE,

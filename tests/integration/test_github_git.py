@@ -26,13 +26,13 @@ from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
 from adapters.github.client import GitHubClient
 from runtime.scheduler import Scheduler
-from runtime.store.engine import Database
 from runtime.store.records import TaskSpec, TaskStatus
 from runtime.tools.base import Completed, ToolContext
 from runtime.tools.devbox import GitCommit, GitPush
 from runtime.workspace import Workspaces, WorkspaceSpec
 from tests.factories import app_key_pair, make_spec
 from tests.integration.scripted_keel import rows_containing, run_one, scripted_keel
+from tests.ports import Credentials
 
 REPO = "acme/widgets"
 
@@ -65,18 +65,6 @@ def remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Remote]:
     with serve(create_github_app(state), tls=True) as server:
         _trust(server, monkeypatch)
         yield Remote(state, server.url)
-
-
-class Credentials:
-    """The GitCredentials port: a fresh token per push, as the installation cache gives."""
-
-    def __init__(self, token: str | None) -> None:
-        self.token = token
-        self.asked: list[tuple[str, str]] = []
-
-    async def git_token(self, task_id: str, remote_url: str) -> str | None:
-        self.asked.append((task_id, remote_url))
-        return self.token
 
 
 def _ctx(ws: Path, call_id: str) -> ToolContext:
@@ -198,7 +186,7 @@ async def test_clone_fails_when_the_remote_requires_a_token_and_none_is_given(
 
 
 async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_two_are_installed(
-    tmp_path: Path, database: Database, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
@@ -206,7 +194,6 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
     state.add_installation(502, "globex")
     state.add_git_repo("acme/rockets", tmp_path / "remote", installation_id=501)
     state.add_git_repo("globex/widgets", tmp_path / "remote", installation_id=502)
-    scheduler = Scheduler(database)
     with serve(create_github_app(state), tls=True) as server:
         _trust(server, monkeypatch)
         client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
@@ -235,12 +222,11 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
 
 
 async def test_a_repository_outside_the_allow_list_gets_no_checkout(
-    tmp_path: Path, database: Database
+    tmp_path: Path, scheduler: Scheduler
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_git_repo("evil/repo", tmp_path / "remote")
-    scheduler = Scheduler(database)
     with serve(create_github_app(state)) as server:
         client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
         checkouts = Checkouts(
@@ -253,12 +239,11 @@ async def test_a_repository_outside_the_allow_list_gets_no_checkout(
 
 
 async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_one(
-    tmp_path: Path, database: Database
+    tmp_path: Path, scheduler: Scheduler
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_git_repo(REPO, tmp_path / "remote")
-    scheduler = Scheduler(database)
     with serve(create_github_app(state)) as server:
         client = GitHubClient.as_installation(
             server.url, state.app_id, private, state.installation_id, timeout_s=5

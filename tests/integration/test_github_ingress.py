@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -22,20 +20,10 @@ from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
 from runtime.threads import GitHubIssue
-from tests.sinks import RecordingSink
+from tests.sinks import Ingress, RecordingSink
 
 SECRET = "github-webhook-secret"
 BODY_LIMIT = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Ingress:
-    url: str
-    sink: RecordingSink
-
-    async def post(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=10) as client:
-            return await client.post(self.url, content=body, headers=headers)
 
 
 @pytest.fixture

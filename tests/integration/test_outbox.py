@@ -21,6 +21,7 @@ from runtime.store.records import TaskResult, TaskStatus
 from runtime.surfaces import Action, Surface
 from runtime.threads import GitHubIssue, SlackThread, ThreadRef, parse_thread
 from tests.factories import make_spec
+from tests.harness import schedule_task
 
 ORIGIN = SlackThread("T1", "C1", "1.0")
 
@@ -73,7 +74,7 @@ def message(thread: ThreadRef, n: int) -> ThreadRef:
 
 
 async def _task(db: Database) -> str:
-    return (await Scheduler(db).schedule(make_spec())).task.task_id
+    return (await schedule_task(db)).task_id
 
 
 def _queue(db: Database, task_id: str, key: str, body: str, clock: ManualClock) -> None:

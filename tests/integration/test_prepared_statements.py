@@ -10,12 +10,13 @@ from sqlalchemy import event
 
 from runtime.errors import StaleWrite
 from runtime.execution import Activation, Failure, RunState
-from runtime.scheduler import Scheduler
+from runtime.scheduler import Claimed, Scheduler
 from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction
 from runtime.store.models import ToolCallRow, TranscriptItemRow
 from tests.factories import make_spec
+from tests.harness import schedule_task
 
 NOW = datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=UTC)
 # Nested JSON and datetimes in the state column survive the driver path both ways.
@@ -28,7 +29,7 @@ STATE = RunState(
 
 
 async def _task_id(database: Database) -> str:
-    return str((await Scheduler(database).schedule(make_spec())).task.task_id)
+    return str((await schedule_task(database)).task_id)
 
 
 async def test_transcript_items_round_trip_when_written_and_read_on_the_driver_path(
@@ -116,8 +117,9 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
     assert (c2.dispatch_state, c2.args, c2.dispatched_at) == ("pending", {"q": 2}, None)
 
 
-async def test_task_reads_match_the_orm_record_and_see_later_changes(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_task_reads_match_the_orm_record_and_see_later_changes(
+    database: Database, scheduler: Scheduler
+) -> None:
     task = (await scheduler.schedule(make_spec())).task
     read = database.read_sync(lambda s: q.read_task(s, task.task_id))
     assert read == task
@@ -129,12 +131,12 @@ async def test_task_reads_match_the_orm_record_and_see_later_changes(database: D
 
 
 async def test_transition_commits_once_and_a_stale_version_changes_nothing(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
-    scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
     claimed = await scheduler.claim_next("w")
-    lease = claimed.lease  # type: ignore[union-attr]
+    assert isinstance(claimed, Claimed)
+    lease = claimed.lease
     run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert run is not None
 
@@ -210,14 +212,15 @@ def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
 
 
 async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
     """The lease holder's commit answers with what others changed on the task (a stop here),
     in the transition's own statement on PostgreSQL, and a stale version still changes
     nothing."""
-    scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
-    lease = (await scheduler.claim_next("w")).lease  # type: ignore[union-attr]
+    claimed = await scheduler.claim_next("w")
+    assert isinstance(claimed, Claimed)
+    lease = claimed.lease
     run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert run is not None
     await scheduler.request_cancel(task.task_id, "stop", "someone")

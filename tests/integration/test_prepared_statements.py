@@ -14,7 +14,9 @@ from runtime.scheduler import Claimed, Scheduler
 from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction
+from runtime.store.executions import Run
 from runtime.store.models import ToolCallRow, TranscriptItemRow
+from runtime.store.records import Lease, Task
 from tests.factories import make_spec
 from tests.harness import schedule_task
 
@@ -26,6 +28,16 @@ STATE = RunState(
     activation=Activation(2, NOW, 1),
     idle_until=NOW,
 )
+
+
+async def _claimed(database: Database, scheduler: Scheduler) -> tuple[Task, Lease, Run]:
+    """A new task, claimed: its lease and its run as the claim left it."""
+    task = (await scheduler.schedule(make_spec())).task
+    claimed = await scheduler.claim_next("w")
+    assert isinstance(claimed, Claimed)
+    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
+    assert run is not None
+    return task, claimed.lease, run
 
 
 async def _task_id(database: Database) -> str:
@@ -133,12 +145,7 @@ async def test_task_reads_match_the_orm_record_and_see_later_changes(
 async def test_transition_commits_once_and_a_stale_version_changes_nothing(
     database: Database, scheduler: Scheduler,
 ) -> None:
-    task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim_next("w")
-    assert isinstance(claimed, Claimed)
-    lease = claimed.lease
-    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
-    assert run is not None
+    task, lease, run = await _claimed(database, scheduler)
 
     def advance(session: Transaction) -> int:
         advance = executions.Advance("check_scheduler", 2, 1, STATE, NOW)
@@ -217,12 +224,7 @@ async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
     """The lease holder's commit answers with what others changed on the task (a stop here),
     in the transition's own statement on PostgreSQL, and a stale version still changes
     nothing."""
-    task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim_next("w")
-    assert isinstance(claimed, Claimed)
-    lease = claimed.lease
-    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
-    assert run is not None
+    task, lease, run = await _claimed(database, scheduler)
     await scheduler.request_cancel(task.task_id, "stop", "someone")
     advance = executions.Advance("check_scheduler", 1, 0, STATE, NOW)
     seen: list[str] = []

@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import text
 
@@ -29,29 +29,13 @@ from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from runtime.store.migrate import upgrade
 from runtime.store.records import Lease, TaskSpec
-from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
 from runtime.worker import Worker
+from tests.tools import Instant
 
 TURNS = 10
 TOOLS_PER_TURN = 3
 TASKS = 6
 RUNS = 5
-
-
-class Instant:
-    name = "instant"
-    description = "returns at once"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
-    effect: Effect = "read"
-
-    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
-        return Completed("ok")
-
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Pending()
-
-    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
-        return Unknown("n/a")
 
 
 SCRIPT = {
@@ -95,13 +79,20 @@ class TimedRunner(Runner):
         return result
 
 
-async def transitions_per_s(db: Database) -> Rate:
+def instant_context(db: Database, script: dict[str, Any], turns: int) -> ExecutorContext:
+    """The executor with one tool that returns at once, so a figure is the executor's own cost;
+    the agent may take a few turns more than the script plays."""
     scheduler = Scheduler(db, lease_seconds=30)
-    agent = AgentConfig(tools=("instant",), limits=AgentLimits(max_turns=TURNS + 5))
-    ctx = ExecutorContext(
-        db=db, scheduler=scheduler, provider=ScriptedProvider.from_dict(SCRIPT),
+    agent = AgentConfig(tools=("instant",), limits=AgentLimits(max_turns=turns + 5))
+    return ExecutorContext(
+        db=db, scheduler=scheduler, provider=ScriptedProvider.from_dict(script),
         tools={"instant": Instant()}, agents={"default": agent}, clock=SystemClock(),
     )
+
+
+async def transitions_per_s(db: Database) -> Rate:
+    ctx = instant_context(db, SCRIPT, TURNS)
+    scheduler = ctx.scheduler
     runner = TimedRunner(ctx)
     worker = Worker(scheduler, runner, concurrency=TASKS, poll_interval_s=0.01)
     ids = [(await scheduler.schedule(TaskSpec(agent="default", message="go"))).task.task_id

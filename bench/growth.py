@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 
@@ -31,17 +31,13 @@ from adapters.emulators.server import serve
 from adapters.web.app import create_app
 from bench.common import Figure
 from bench.emulators import start_emulators
+from bench.executor_overhead import instant_context
 from bench.world import keel_config, slack_mention
-from runtime.clock import SystemClock
-from runtime.config import AgentConfig, AgentLimits
-from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner, TickResult
-from runtime.models.scripted import ScriptedProvider
 from runtime.scheduler import Scheduler
 from runtime.store import signals as signal_store
 from runtime.store.engine import Database
 from runtime.store.records import Lease, TaskSpec
-from runtime.tools.base import Completed, Effect, Pending, Started, ToolContext, Unknown
 from runtime.worker import Worker
 
 SMALL, LARGE = 1_000, 100_000
@@ -56,22 +52,6 @@ PROBE_SCRIPT: dict[str, Any] = {
     "scripts": [{"turns": [{"tool_calls": [{"name": "instant", "args": {}}]}] * PROBE_TURNS
                 + [{"say": "done"}]}]
 }
-
-
-class Instant:
-    name = "instant"
-    description = "returns at once"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
-    effect: Effect = "read"
-
-    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
-        return Completed("ok")
-
-    async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
-        return Pending()
-
-    async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
-        return Unknown("n/a")
 
 
 # -- history ------------------------------------------------------------------------------
@@ -212,12 +192,8 @@ class TimedRunner(Runner):
 
 
 async def tick_latency(db: Database) -> float:
-    scheduler = Scheduler(db, lease_seconds=30)
-    agent = AgentConfig(tools=("instant",), limits=AgentLimits(max_turns=PROBE_TURNS + 5))
-    ctx = ExecutorContext(
-        db=db, scheduler=scheduler, provider=ScriptedProvider.from_dict(PROBE_SCRIPT),
-        tools={"instant": Instant()}, agents={"default": agent}, clock=SystemClock(),
-    )
+    ctx = instant_context(db, PROBE_SCRIPT, PROBE_TURNS)
+    scheduler = ctx.scheduler
     runner = TimedRunner(ctx)
     runner.durations = []
     worker = Worker(scheduler, runner, concurrency=1, poll_interval_s=0.01)

@@ -172,6 +172,9 @@ NOTES = {
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One RESULT line a benchmark printed, as the results table shows it (text, not numbers:
+    the figures are copied as the benchmark rounded them)."""
+
     name: str
     value: str
     baseline: str
@@ -183,6 +186,9 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """What one benchmark module's process left: its rows, its other lines, and why it could
+    not run (None when it ran to the end)."""
+
     module: str
     rows: list[Row]
     details: list[str]

@@ -29,13 +29,14 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from adapters.emulators.github_git import init_bare_repository  # noqa: E402
 from bench.common import Figure  # noqa: E402
 from runtime.tools.base import Completed, ToolContext  # noqa: E402
 from runtime.tools.devbox import GitCommit, GitPush, RunCommand  # noqa: E402
@@ -101,16 +102,7 @@ def wall_s(argv: Sequence[str], cwd: Path | None = None) -> float:
 
 def make_origin(folder: Path) -> Path:
     """A bare ``origin.git`` whose main holds the sample package and its tests."""
-    bare, seed = folder / "origin.git", folder / "seed"
-    sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
-    sh("git", "clone", "-q", str(bare), str(seed))
-    for name, content in SAMPLE.items():
-        (seed / name).parent.mkdir(parents=True, exist_ok=True)
-        (seed / name).write_text(content)
-    sh("git", "add", ".", cwd=seed)
-    sh("git", *IDENTITY, "commit", "-qm", "Add the cart", cwd=seed)
-    sh("git", "push", "-q", "origin", "main", cwd=seed)
-    return bare
+    return init_bare_repository(folder, "origin", SAMPLE, "main", "Add the cart")
 
 
 def interleaved(runs: int, bare: Callable[[], float], keel: Callable[[], float]
@@ -122,6 +114,22 @@ def interleaved(runs: int, bare: Callable[[], float], keel: Callable[[], float]
             k, b = keel(), bare()
         else:
             b, k = bare(), keel()
+        pairs.append((k * 1000, b * 1000))
+    return pairs
+
+
+async def interleaved_with_tool(
+    runs: int, bare: Callable[[], float], keel: Callable[[], Awaitable[float]]
+) -> list[tuple[float, float]]:
+    """As ``interleaved``, for a Keel side that is a tool call (awaited)."""
+    pairs = []
+    for i in range(runs):
+        if i % 2:
+            k = await keel()
+            b = bare()
+        else:
+            b = bare()
+            k = await keel()
         pairs.append((k * 1000, b * 1000))
     return pairs
 
@@ -180,15 +188,7 @@ async def run_command_figure(root: Path, origin: Path) -> Figure:
 
     bare()
     await keel()  # both see the same __pycache__ from here on
-    pairs = []
-    for i in range(TEST_RUNS):
-        if i % 2:
-            k = await keel()
-            b = bare()
-        else:
-            b = bare()
-            k = await keel()
-        pairs.append((k * 1000, b * 1000))
+    pairs = await interleaved_with_tool(TEST_RUNS, bare, keel)
     return figure("sandbox_run_command_ms", pairs, 1.5)
 
 
@@ -223,17 +223,8 @@ async def git_figure(root: Path, origin: Path) -> Figure:
         sh("git", "push", "-q", "origin", f"HEAD:refs/heads/plain/bench-{i}", cwd=plain)
         return time.perf_counter() - started
 
-    pairs = []
-    for i in range(GIT_RUNS + 1):  # the first pair warms up and is not counted
-        if i % 2:
-            k = await keel()
-            b = bare()
-        else:
-            b = bare()
-            k = await keel()
-        if i:
-            pairs.append((k * 1000, b * 1000))
-    return figure("sandbox_git_commit_push_ms", pairs, 2.0)
+    pairs = await interleaved_with_tool(GIT_RUNS + 1, bare, keel)
+    return figure("sandbox_git_commit_push_ms", pairs[1:], 2.0)  # the first pair warms up
 
 
 async def main() -> int:

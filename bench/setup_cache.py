@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
 
 from adapters.assembly import Keel  # noqa: E402
 from adapters.config import build_config  # noqa: E402
+from adapters.emulators.github_git import init_bare_repository  # noqa: E402
 from bench.common import Figure  # noqa: E402
 from runtime.executor.runner import Runner  # noqa: E402
 from runtime.models.base import ModelProvider, ModelRequest, ModelResponse  # noqa: E402
@@ -72,15 +73,8 @@ def sh(*argv: str, cwd: Path | None = None) -> None:
 
 
 def origin(folder: Path) -> Path:
-    bare, seed = folder / "origin.git", folder / "seed"
-    sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
-    sh("git", "clone", "-q", str(bare), str(seed))
-    (seed / ".gitignore").write_text(".venv/\n")
-    (seed / "requirements.txt").write_text("\n".join(PACKAGES.split()) + "\n")
-    sh("git", "add", ".", cwd=seed)
-    sh("git", "-c", "user.name=b", "-c", "user.email=b@localhost", "commit", "-qm", "i", cwd=seed)
-    sh("git", "push", "-q", "origin", "main", cwd=seed)
-    return bare
+    files = {".gitignore": ".venv/\n", "requirements.txt": "\n".join(PACKAGES.split()) + "\n"}
+    return init_bare_repository(folder, "origin", files, "main", "i")
 
 
 async def first_call_seconds(folder: Path) -> tuple[float, float, str]:

@@ -35,12 +35,12 @@ def _check_address(address: Any) -> None:
         raise RuntimeError(f"test tried to reach non-loopback address {host}")
 
 
-def _guarded_connect(self: socket.socket, address: Any) -> None:
+def _guarded_connect(self: socket.SocketType, address: Any) -> None:
     _check_address(address)
     _real_connect(self, address)
 
 
-def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+def _guarded_connect_ex(self: socket.SocketType, address: Any) -> int:
     _check_address(address)
     return _real_connect_ex(self, address)
 

@@ -71,7 +71,9 @@ def app_key_pair() -> tuple[str, str]:
     return private, public
 
 
-def github_app_settings(private_key: str, *, pin_installation: bool = False) -> dict[str, object]:
+def github_app_settings(
+    private_key: str, *, pin_installation: bool = False
+) -> dict[str, dict[str, Any]]:
     """The ``github`` section of a config that signs in as the emulator's App with this key
     (``pin_installation``: with the emulator's installation id, instead of looking it up)."""
     state = GitHubState()

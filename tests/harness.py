@@ -24,6 +24,7 @@ from runtime.tools.base import Tool
 from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.worker import Worker
 from tests import tools as test_tools
+from tests.factories import make_spec
 
 
 @dataclass
@@ -82,6 +83,11 @@ class Stack:
     async def _done(self, task_id: str) -> bool:
         run = await self.db.run(lambda s: executions.load_run(s, task_id))
         return run is not None and run.phase == "done"
+
+
+async def schedule_task(db: Database, **overrides: Any) -> Task:
+    """A task scheduled from ``make_spec(**overrides)`` (system clock, default lease)."""
+    return (await Scheduler(db).schedule(make_spec(**overrides))).task
 
 
 async def until(predicate: Callable[[], Awaitable[object]], timeout: float = 30) -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,36 @@ import pytest
 from runtime.tools.base import Completed, Tool, ToolContext
 from runtime.tools.devbox import RunCommand
 from runtime.workspace.sandbox import Sandbox
+
+
+@contextmanager
+def loopback_listener() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A TCP server on a free loopback port that accepts every connection in a thread: the port
+    and the connections accepted so far, all closed afterwards."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)  # the accept loop checks for the stop this often
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(server.getsockname()[1]), accepted
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        server.close()
 
 
 def require_bwrap() -> None:

@@ -1,9 +1,12 @@
-"""A recording SignalSink: the fake at ingress's own port, for transport tests."""
+"""A recording SignalSink: the fake at ingress's own port, for transport tests, and the ingress
+endpoint those tests post to."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+
+import httpx
 
 from routing.result import IngestResult
 from routing.signal import Ignored, Signal
@@ -28,3 +31,15 @@ class RecordingSink:
         with self.lock:
             self.accepted.append((outcome, provider, delivery_id, raw_kind))
         return IngestResult(SignalId(f"s{len(self.accepted)}"), "drop", "not_addressed", None)
+
+
+@dataclass(frozen=True, slots=True)
+class Ingress:
+    """A served ingress route and the sink behind it."""
+
+    url: str
+    sink: RecordingSink
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await client.post(self.url, content=body, headers=headers)

@@ -108,20 +108,36 @@ class Sleep:
         return Unknown("waits are resumed")
 
 
-class Explode:
-    name = "explode"
-    description = "A tool with a bug."
+class _DoneInStart:
+    """A read without arguments that ends (or fails) inside ``start``: nothing to poll, and
+    nothing to reconcile, as repeating it is harmless."""
+
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
     effect: Effect = "read"
-
-    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
-        raise RuntimeError("kaboom")
 
     async def poll(self, handle: str, ctx: ToolContext) -> Pending | Completed:
         return Pending()
 
     async def reconcile(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Unknown:
         return Unknown("n/a")
+
+
+class Explode(_DoneInStart):
+    name = "explode"
+    description = "A tool with a bug."
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        raise RuntimeError("kaboom")
+
+
+class Instant(_DoneInStart):
+    """Returns at once: what a tool call costs the executor, without the tool's own work."""
+
+    name = "instant"
+    description = "returns at once"
+
+    async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
+        return Completed("ok")
 
 
 class Blob:

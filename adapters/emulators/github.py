@@ -516,85 +516,47 @@ async def get_authenticated_user(request: Request) -> Json:
 
 Handler = Callable[..., Awaitable[Any]]
 _REPO = "/repos/{owner}/{repo}"
+_ISSUE = _REPO + "/issues/{issue_number}"
+_COMMENT = _REPO + "/issues/comments/{comment_id}"
+_PULL = _REPO + "/pulls/{pull_number}"
+_REVIEW_COMMENT = _REPO + "/pulls/comments/{comment_id}"
+_JOB = _REPO + "/actions/jobs/{job_id}"
+_COMMIT = _REPO + "/commits/{ref:path}"
+# One route a line (method, path, GitHub's operation id, handler); the paths share prefixes.
 ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ("GET", _REPO, "repos/get", get_repo),
-    ("GET", _REPO + "/issues/{issue_number}", "issues/get", get_issue),
-    ("GET", _REPO + "/issues/{issue_number}/comments", "issues/list-comments", list_comments),
-    ("POST", _REPO + "/issues/{issue_number}/comments", "issues/create-comment", create_comment),
-    ("PATCH", _REPO + "/issues/comments/{comment_id}", "issues/update-comment", update_comment),
-    ("POST", _REPO + "/issues/{issue_number}/reactions", "reactions/create-for-issue", react_issue),
-    (
-        "POST",
-        _REPO + "/issues/comments/{comment_id}/reactions",
-        "reactions/create-for-issue-comment",
-        react_comment,
-    ),
-    (
-        "POST",
-        _REPO + "/pulls/comments/{comment_id}/reactions",
-        "reactions/create-for-pull-request-review-comment",
-        react_review_comment,
-    ),
+    ("GET", _ISSUE, "issues/get", get_issue),
+    ("GET", _ISSUE + "/comments", "issues/list-comments", list_comments),
+    ("POST", _ISSUE + "/comments", "issues/create-comment", create_comment),
+    ("PATCH", _COMMENT, "issues/update-comment", update_comment),
+    ("POST", _ISSUE + "/reactions", "reactions/create-for-issue", react_issue),
+    ("POST", _COMMENT + "/reactions", "reactions/create-for-issue-comment", react_comment),
+    ("POST", _REVIEW_COMMENT + "/reactions",
+     "reactions/create-for-pull-request-review-comment", react_review_comment),
     ("POST", _REPO + "/pulls", "pulls/create", create_pull),
     ("GET", _REPO + "/pulls", "pulls/list", list_pulls),
-    ("GET", _REPO + "/pulls/{pull_number}", "pulls/get", get_pull),
-    ("GET", _REPO + "/pulls/{pull_number}/files", "pulls/list-files", list_pull_files),
-    (
-        "GET",
-        _REPO + "/pulls/{pull_number}/comments",
-        "pulls/list-review-comments",
-        list_review_comments,
-    ),
-    (
-        "GET",
-        _REPO + "/pulls/comments/{comment_id}",
-        "pulls/get-review-comment",
-        get_review_comment,
-    ),
-    ("GET", _REPO + "/actions/jobs/{job_id}", "actions/get-job-for-workflow-run", get_job),
-    (
-        "GET",
-        _REPO + "/actions/jobs/{job_id}/logs",
-        "actions/download-job-logs-for-workflow-run",
-        job_logs,
-    ),
-    (
-        "POST",
-        _REPO + "/pulls/{pull_number}/comments/{comment_id}/replies",
-        "pulls/create-reply-for-review-comment",
-        create_review_reply,
-    ),
-    (
-        "GET",
-        _REPO + "/collaborators/{username}/permission",
-        "repos/get-collaborator-permission-level",
-        get_permission,
-    ),
+    ("GET", _PULL, "pulls/get", get_pull),
+    ("GET", _PULL + "/files", "pulls/list-files", list_pull_files),
+    ("GET", _PULL + "/comments", "pulls/list-review-comments", list_review_comments),
+    ("GET", _REVIEW_COMMENT, "pulls/get-review-comment", get_review_comment),
+    ("GET", _JOB, "actions/get-job-for-workflow-run", get_job),
+    ("GET", _JOB + "/logs", "actions/download-job-logs-for-workflow-run", job_logs),
+    ("POST", _PULL + "/comments/{comment_id}/replies",
+     "pulls/create-reply-for-review-comment", create_review_reply),
+    ("GET", _REPO + "/collaborators/{username}/permission",
+     "repos/get-collaborator-permission-level", get_permission),
     # Refs may contain slashes; the more specific routes must come before get-commit.
-    ("GET", _REPO + "/commits/{ref:path}/check-runs", "checks/list-for-ref", list_check_runs),
-    (
-        "GET",
-        _REPO + "/commits/{ref:path}/status",
-        "repos/get-combined-status-for-ref",
-        combined_status,
-    ),
-    ("GET", _REPO + "/commits/{ref:path}", "repos/get-commit", get_commit),
-    (
-        "POST",
-        "/app/installations/{installation_id}/access_tokens",
-        "apps/create-installation-access-token",
-        create_installation_token,
-    ),
+    ("GET", _COMMIT + "/check-runs", "checks/list-for-ref", list_check_runs),
+    ("GET", _COMMIT + "/status", "repos/get-combined-status-for-ref", combined_status),
+    ("GET", _COMMIT, "repos/get-commit", get_commit),
+    ("POST", "/app/installations/{installation_id}/access_tokens",
+     "apps/create-installation-access-token", create_installation_token),
     ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),
     ("GET", "/app", "apps/get-authenticated", get_app),
     ("GET", "/app/installations", "apps/list-installations", list_installations),
     ("GET", "/app/hook/deliveries", "apps/list-webhook-deliveries", list_hook_deliveries),
-    (
-        "POST",
-        "/app/hook/deliveries/{delivery_id}/attempts",
-        "apps/redeliver-webhook-delivery",
-        redeliver_hook_delivery,
-    ),
+    ("POST", "/app/hook/deliveries/{delivery_id}/attempts",
+     "apps/redeliver-webhook-delivery", redeliver_hook_delivery),
     ("GET", "/user", "users/get-authenticated", get_authenticated_user),
 )
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
 from runtime.tools.base import Completed, ToolContext
 from runtime.workspace import Workspaces, WorkspaceSpec
-from tests.host import require_bwrap, run_tool_to_end
+from tests.host import loopback_listener, require_bwrap, run_tool_to_end
 from tests.integration.test_devbox_tools import make_bare_repo, sh
 
 AGENTS = {
@@ -49,28 +48,8 @@ async def executor(db_url: str, tmp_path: Path) -> AsyncIterator[ExecutorContext
 
 @pytest.fixture
 def listener() -> Iterator[tuple[int, list[socket.socket]]]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                accepted.append(server.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield int(server.getsockname()[1]), accepted
-    stop.set()
-    thread.join()
-    for conn in accepted:
-        conn.close()
-    server.close()
+    with loopback_listener() as found:
+        yield found
 
 
 @pytest.mark.parametrize(

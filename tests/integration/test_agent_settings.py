@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import AgentConfig
-from runtime.models.base import ModelRequest, ModelResponse
-from runtime.models.scripted import ScriptedProvider
 from runtime.store import executions, tool_calls
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
 from tests.harness import Stack, agent, build_stack, until
+from tests.ports import RecordingModel
 
 
 def turns(*steps: dict[str, Any]) -> dict[str, Any]:
@@ -22,18 +21,6 @@ def turns(*steps: dict[str, Any]) -> dict[str, Any]:
 
 def call(name: str, **args: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "args": args}]}
-
-
-class Recording:
-    """The scripted model, keeping each request it was sent."""
-
-    def __init__(self, script: dict[str, Any]) -> None:
-        self.inner = ScriptedProvider.from_dict(script)
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
-        return await self.inner.complete(request)
 
 
 def coder_stack(db_url: str, folder: Path, script: Any, coder: AgentConfig) -> Stack:
@@ -53,7 +40,7 @@ def effects(stack: Stack) -> list[str]:
 
 
 async def test_tools_are_the_agents_own_when_it_is_not_default(db_url: str, tmp_path: Path) -> None:
-    provider = Recording(turns(call("create_thing", title="x"), {"say": "done"}))
+    provider = RecordingModel(turns(call("create_thing", title="x"), {"say": "done"}))
     stack = coder_stack(db_url, tmp_path, provider, agent(["lookup"]))
     final = await run_coder(stack)
     assert final.status is TaskStatus.succeeded
@@ -66,7 +53,7 @@ async def test_tools_are_the_agents_own_when_it_is_not_default(db_url: str, tmp_
 async def test_instructions_are_the_agents_own_when_it_is_not_default(
     db_url: str, tmp_path: Path
 ) -> None:
-    provider = Recording(turns({"say": "done"}))
+    provider = RecordingModel(turns({"say": "done"}))
     coder = agent(["lookup"]).model_copy(update={"instructions": "You are coder-7."})
     final = await run_coder(coder_stack(db_url, tmp_path, provider, coder))
     assert final.status is TaskStatus.succeeded

@@ -9,12 +9,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 from sqlalchemy import text
+from sqlalchemy.pool import QueuePool
 
 from adapters.config import build_config
 from adapters.demo.repo import create_sample_repo
@@ -24,7 +26,7 @@ from runtime.scheduler import Scheduler
 from runtime.store import executions, tool_calls
 from runtime.store.engine import Database
 from tests.databases import admin_url
-from tests.factories import make_spec
+from tests.harness import schedule_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +70,8 @@ def test_database_pool_size_and_echo_reach_the_engine_when_configured(
     try:
         assert keel.db.engine.echo is True
         if keel.db.is_postgres:
-            assert keel.db.engine.pool.size() == 3  # type: ignore[attr-defined]
+            pool = keel.db.engine.pool
+            assert isinstance(pool, QueuePool) and pool.size() == 3
     finally:
         keel.db.close()
 
@@ -172,7 +175,7 @@ async def test_tool_wait_loses_nothing_when_worker_is_stopped_and_restarted(
     config_path = tmp_path / "app.yaml"
     config_path.write_text(yaml.safe_dump(config))
     db = Database.from_url(db_url)
-    task = (await Scheduler(db).schedule(make_spec(repo="shop", message="run it"))).task
+    task = await schedule_task(db, repo="shop", message="run it")
     worker = _worker(config_path)
     try:
         await _until(lambda: _call_state(db, task.task_id), "started")
@@ -207,7 +210,9 @@ async def _status(db: Database, task_id: str) -> str | None:
     return task.status.value if task else None
 
 
-async def _until(read, value: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+async def _until(
+    read: Callable[[], Awaitable[str | None]], value: str, timeout: float = 30
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if await read() == value:

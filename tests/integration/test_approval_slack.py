@@ -14,7 +14,8 @@ from pathlib import Path
 from adapters.demo.repo import branch_head
 from adapters.emulators.slack import SlackMessage
 from runtime.store.engine import Database
-from runtime.store.records import Task, TaskStatus
+from runtime.store.models import TaskRow
+from runtime.store.records import TaskStatus
 from tests.integration.keel_live import (
     CHANNEL,
     FOLLOW_UP,
@@ -45,7 +46,7 @@ def _pushed(workdir: Path) -> str | None:
         return None
 
 
-async def _task_of(db: Database, live: Live, root: str) -> Task:
+async def _task_of(db: Database, live: Live, root: str) -> TaskRow:
     found = await live.thread_task(db, root)
     assert found is not None
     return found

@@ -43,8 +43,9 @@ async def _asks(stack: Stack, task_id: str) -> list[outbox.OutboxPost]:
 async def _parked(stack: Stack, task_id: str, asks: int) -> bool:
     run = await stack.db.read(lambda s: executions.load_run(s, task_id))
     task = await stack.scheduler.get(task_id)
-    parked = run is not None and run.phase == "await_budget" and task is not None
-    return parked and task.status is TaskStatus.waiting and len(await _asks(stack, task_id)) >= asks
+    if run is None or run.phase != "await_budget" or task is None:
+        return False
+    return task.status is TaskStatus.waiting and len(await _asks(stack, task_id)) >= asks
 
 
 async def test_task_parks_asks_once_resumes_on_continue_and_ends_on_stop_when_over_budget(

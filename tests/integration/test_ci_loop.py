@@ -86,6 +86,7 @@ async def test_failed_check_on_the_head_gets_one_fix_per_sha_and_stops_at_the_ca
         objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root}"
         db = Database.from_url(db_url)
         head = branch_head(origin, "keel/fix-add")
+        assert head is not None
         failing = CheckRun(JOB, "tests", head, "completed", "failure", time.time())
         live.github.repos[SHOP].checks[head] = [failing]
         live.github.set_job_log(SHOP, JOB, LOG)
@@ -101,6 +102,7 @@ async def test_failed_check_on_the_head_gets_one_fix_per_sha_and_stops_at_the_ca
             ):
                 await asyncio.sleep(0.1)
         fixed = branch_head(origin, "keel/fix-add")
+        assert fixed is not None
         await live.send_github("check_run", _failed(head), delivery_id="ci-2")  # again, old head
         await live.send_github("check_run", _failed(fixed, 7002), delivery_id="ci-3")  # new head
 

@@ -28,9 +28,8 @@ def _claimer(url: str, name: str, tokens: list[str], barrier: Any, results: Any)
 
 
 async def test_exactly_one_claimer_wins_when_eight_processes_race_for_each_token(
-    db_url: str, database: Database
+    db_url: str, database: Database, scheduler: Scheduler
 ) -> None:
-    scheduler = Scheduler(database)
     tokens = []
     for _ in range(ROUNDS):
         task = (await scheduler.schedule(make_spec())).task

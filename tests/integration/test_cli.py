@@ -22,6 +22,7 @@ from runtime.store.records import TaskResult, TaskStatus
 from runtime.store.usage import ModelCall
 from runtime.workspace.envcache import EnvCache
 from tests.factories import app_key_pair, make_spec
+from tests.harness import schedule_task
 
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
 
@@ -50,7 +51,7 @@ async def test_tasks_commands_list_show_and_cancel_when_a_task_exists(
     db_url: str, tmp_path: Path
 ) -> None:
     db = Database.from_url(db_url)
-    task = (await Scheduler(db).schedule(make_spec(message="fix the flaky test"))).task
+    task = await schedule_task(db, message="fix the flaky test")
     listed = _keel("tasks", "ls", db_url=db_url, cwd=tmp_path)
     assert listed.returncode == 0 and task.task_id in listed.stdout and "queued" in listed.stdout
     shown = _keel("tasks", "show", task.task_id, db_url=db_url, cwd=tmp_path)
@@ -63,7 +64,8 @@ async def test_tasks_commands_list_show_and_cancel_when_a_task_exists(
     assert "$0.0031 · 1 model call" in shown.stdout
     canceled = _keel("tasks", "cancel", task.task_id, db_url=db_url, cwd=tmp_path)
     assert canceled.returncode == 0, canceled.stderr
-    assert (await Scheduler(db).get(task.task_id)).cancel_requested_at is not None  # type: ignore[union-attr]
+    after = await Scheduler(db).get(task.task_id)
+    assert after is not None and after.cancel_requested_at is not None
     missing = _keel("tasks", "show", "t_nope", db_url=db_url, cwd=tmp_path)
     assert missing.returncode == 1
     db.close()

@@ -20,11 +20,10 @@ from tests.factories import make_spec
 
 
 async def test_a_claim_racing_another_for_the_last_deliveries_takes_the_next_one(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
     if not database.is_postgres:
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two claims overlap")
-    scheduler = Scheduler(database)
     queued = [(await scheduler.schedule(make_spec())).task.task_id for _ in range(3)]
     holding, finish = threading.Event(), threading.Event()
 

@@ -19,7 +19,7 @@ from runtime.config import ModelPrice
 from runtime.errors import ContextLengthExceeded, Retryable
 from runtime.executor.accounting import Accounting
 from runtime.executor.fitting import Window
-from runtime.models.base import ModelRequest, ModelResponse, Usage
+from runtime.models.base import ModelRequest, ModelResponse, Usage, UserText
 from runtime.models.scripted import SCRIPTED_CHARS_PER_TOKEN, ScriptedProvider
 from runtime.models.size import request_chars
 from runtime.reporting import ThreadReporter, spend_line
@@ -143,7 +143,8 @@ async def test_context_length_refusal_compacts_once_and_retries_when_the_provide
     assert len(compactions) == 1
     retried = [r for r in provider.requests if r.purpose == "turn" and r.turn == 3]
     assert len(retried) == 2
-    assert "summary_of_earlier_work" in retried[1].items[1].text  # type: ignore[union-attr]
+    summary = retried[1].items[1]
+    assert isinstance(summary, UserText) and "summary_of_earlier_work" in summary.text
 
 
 async def test_a_compaction_is_retried_not_failed_when_the_provider_fails_transiently(

@@ -32,8 +32,7 @@ from runtime.clock import SystemClock
 from runtime.config import AgentConfig
 from runtime.executor.context import ExecutorContext
 from runtime.executor.runner import Runner
-from runtime.models.base import ModelRequest, ModelResponse, ToolResultItem, UserText
-from runtime.models.scripted import ScriptedProvider
+from runtime.models.base import ModelRequest, ToolResultItem, UserText
 from runtime.scheduler import Scheduler
 from runtime.store import executions, tool_calls, transcripts
 from runtime.store.engine import Database
@@ -42,6 +41,7 @@ from runtime.worker import Worker
 from tests import tools as test_tools
 from tests.harness import agent, default_tools
 from tests.integration.test_daemon_routing import US, check_run, to_signal
+from tests.ports import RecordingModel
 
 PURPOSE = "Diagnose failed CI runs and propose a fix."
 LINT = "Octocoders-linter: failure"
@@ -70,18 +70,6 @@ SCRIPT: dict[str, Any] = {
 }
 
 
-class Recording:
-    """The scripted model, remembering every request it was sent."""
-
-    def __init__(self, script: Mapping[str, Any]) -> None:
-        self.inner = ScriptedProvider.from_dict(script)
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
-        return await self.inner.complete(request)
-
-
 def role(**overrides: Any) -> DaemonsConfig:
     ci_doctor: dict[str, Any] = {
         "id": "ci-doctor",
@@ -101,7 +89,7 @@ class Keel:
     url: str
     folder: Path
     daemons: DaemonsConfig
-    provider: Recording
+    provider: RecordingModel
     db: Database = field(init=False)
     router: Router = field(init=False)
     _worker: Worker = field(init=False)
@@ -188,7 +176,7 @@ def _parked(task: Task, run: executions.Run, events: int) -> bool:
 async def keel(
     db_url: str, folder: Path, daemons: DaemonsConfig, script: Mapping[str, Any] = SCRIPT
 ) -> AsyncIterator[Keel]:
-    running = Keel(db_url, folder, daemons, Recording(script))
+    running = Keel(db_url, folder, daemons, RecordingModel(script))
     running.start()
     try:
         yield running
@@ -298,7 +286,7 @@ async def test_daemon_role_is_never_offered_a_denied_tool_and_a_forged_call_is_r
         first_id = await k.first_parked()
         await k.event("unit-tests", 1002, "d-unit")
         await k.parked(first_id, events=2)
-        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))  # type: ignore[arg-type]
+        calls = await k.db.read(lambda s: tool_calls.all_calls(s, first_id))
     [push] = [c for c in calls if c.name == "git_push"]
     assert push.outcome == "error" and push.result is not None and push.result["is_error"]
     assert not (tmp_path / "pushes.log").exists()  # the tool itself never ran
@@ -350,7 +338,7 @@ async def test_composition_root_runs_a_daemon_as_its_role_when_configured(
         "agents": {"default": {}, "fixer": {"instructions": "You fix builds."}},
         "daemons": daemons,
     }
-    provider = Recording({"scripts": [{"turns": [{"say": "diagnosed"}]}]})
+    provider = RecordingModel({"scripts": [{"turns": [{"say": "diagnosed"}]}]})
     app = App(build_config(tree, env={}), provider=provider)
     await app.connect()
     await app.start()

@@ -136,7 +136,8 @@ async def test_daemon_starts_next_activation_linked_when_its_task_has_finished(
     second = await ingest(router, tests)
     assert second.decision == "daemon" and second.task_id != first.task_id
     assert {t.task_id for t in daemon_tasks(database)} == {first.task_id, second.task_id}
-    successor = await router.scheduler.get(second.task_id)  # type: ignore[arg-type]
+    assert second.task_id is not None
+    successor = await router.scheduler.get(second.task_id)
     assert successor is not None and successor.follows_task_id == first.task_id
     assert second.reason == f"follows {first.task_id}"
 

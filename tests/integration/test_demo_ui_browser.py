@@ -21,7 +21,7 @@ async def test_demo_task_page_shows_tools_mailbox_and_evidence_in_chromium(
         if os.environ.get("CI"):
             pytest.fail(f"Debian chromium not found at {CHROMIUM}")
         pytest.skip(f"Debian chromium not found at {CHROMIUM}")
-    seen: dict[str, object] = {}
+    seen: dict[str, list[str]] = {}
 
     async def look(keel_url: str, task_id: str) -> None:
         async with async_playwright() as playwright:
@@ -37,13 +37,13 @@ async def test_demo_task_page_shows_tools_mailbox_and_evidence_in_chromium(
 
     result = await run_demo(tmp_path, echo=lambda line: None, inspect=look, timeout_s=120)
     assert result.ok, result.problems
-    tools = " ".join(map(str, seen["tools"]))  # type: ignore[call-overload]
+    tools = " ".join(seen["tools"])
     for name in ("run_command", "write_file", "git_commit", "open_pull_request", "wait_for_ci"):
         assert name in tools
-    assert len(seen["mailbox"]) == 1  # type: ignore[arg-type]
+    assert len(seen["mailbox"]) == 1
     assert "public API" in str(seen["mailbox"])
-    [brief] = seen["brief"]  # type: ignore[misc]
+    [brief] = seen["brief"]
     assert "task brief" in brief and "CI on main is red since this morning" in brief
-    evidence = " ".join(map(str, seen["evidence"]))  # type: ignore[call-overload]
+    evidence = " ".join(seen["evidence"])
     assert "pull_request" in evidence or "PR" in evidence
     assert "verified" in evidence

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.emulators.github_git import init_bare_repository
 from runtime.evidence import Strength
 from runtime.testreport import parse_junit_text, parse_junit_xml, parse_pytest
 from runtime.tools.base import Completed, Pending, Started, Tool, ToolContext, Unknown
@@ -39,26 +40,8 @@ def sh(*argv: str, cwd: Path | None = None) -> str:
 
 
 def make_bare_repo(tmp_path: Path, files: dict[str, str]) -> Path:
-    bare, seed = tmp_path / "origin.git", tmp_path / "seed"
-    sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
-    sh("git", "clone", "-q", str(bare), str(seed))
-    for name, content in files.items():
-        (seed / name).parent.mkdir(parents=True, exist_ok=True)
-        (seed / name).write_text(content)
-    sh("git", "add", ".", cwd=seed)
-    sh(
-        "git",
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@localhost",
-        "commit",
-        "-qm",
-        "init",
-        cwd=seed,
-    )
-    sh("git", "push", "-q", "origin", "main", cwd=seed)
-    return bare
+    """``tmp_path/origin.git``, whose main holds ``files`` in one commit."""
+    return init_bare_repository(tmp_path, "origin", files, "main", "init")
 
 
 def make_ctx(ws: Path, call_id: str = "call-1") -> ToolContext:

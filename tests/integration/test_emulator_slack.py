@@ -157,6 +157,7 @@ def test_conversations_replies_matches_spec_when_people_talk_in_a_thread(
 
     response = slack.client().conversations_replies(channel=CHANNEL, ts=root)
 
+    assert isinstance(response.data, dict)
     _validate_replies(contract, response.data)
     assert [m["text"] for m in response["messages"]] == ["is CI green?", "checking", "thanks"]
     assert response["messages"][0]["reply_count"] == 2

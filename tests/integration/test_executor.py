@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,11 @@ async def _transcript_keys(stack: Stack, task_id: str) -> list[str]:
 
 async def _calls(stack: Stack, task_id: str) -> list[tool_calls.ToolCallRecord]:
     return await stack.db.run(lambda s: tool_calls.all_calls(s, task_id))
+
+
+def _settled_at(call: tool_calls.ToolCallRecord) -> datetime:
+    assert call.settled_at is not None
+    return call.settled_at
 
 
 async def test_task_succeeds_with_final_text_when_script_reads_then_answers(
@@ -62,7 +68,7 @@ async def test_tool_results_enter_in_call_order_when_they_finish_out_of_order(
     stack = build_stack(db_url, tmp_path, script)
     task = (await stack.scheduler.schedule(make_spec())).task
     await stack.run_until_terminal(task.task_id)
-    settled = sorted(await _calls(stack, task.task_id), key=lambda c: c.settled_at)  # type: ignore[arg-type, return-value]
+    settled = sorted(await _calls(stack, task.task_id), key=_settled_at)
     assert [c.call_id for c in settled] == ["call_0_1", "call_0_0"]  # fast finished first
     keys = [k for k in await _transcript_keys(stack, task.task_id) if k.startswith("result:")]
     assert keys == ["result:call_0_0", "result:call_0_1"]
@@ -207,7 +213,7 @@ async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
 async def test_each_limit_ends_run_with_its_named_outcome(db_url: str, tmp_path: Path) -> None:
     loop_turn = {"tool_calls": [_call("lookup", key="x")]}
     script = {"scripts": [{"turns": [loop_turn] * 10}]}
-    cases = {
+    cases: dict[str, dict[str, float]] = {
         "limit:max_turns": {"max_turns": 3},
         "limit:max_tool_calls": {"max_tool_calls": 2},
         "limit:max_wall_seconds": {"max_wall_seconds": 0.001},
@@ -262,7 +268,8 @@ async def test_delegated_child_is_awaited_and_its_result_returned(
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
     calls = await _calls(stack, task.task_id)
-    result = json.loads(calls[1].result["output"])  # type: ignore[index]
+    assert calls[1].result is not None
+    result = json.loads(calls[1].result["output"])
     assert result["status"] == "succeeded" and result["summary"] == "logs say race"
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,13 +26,13 @@ from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
 from adapters.github.client import GitHubClient
 from runtime.scheduler import Scheduler
-from runtime.store.engine import Database
 from runtime.store.records import TaskSpec, TaskStatus
 from runtime.tools.base import Completed, ToolContext
 from runtime.tools.devbox import GitCommit, GitPush
 from runtime.workspace import Workspaces, WorkspaceSpec
 from tests.factories import app_key_pair, make_spec
 from tests.integration.scripted_keel import rows_containing, run_one, scripted_keel
+from tests.ports import Credentials
 
 REPO = "acme/widgets"
 
@@ -64,18 +65,6 @@ def remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Remote]:
     with serve(create_github_app(state), tls=True) as server:
         _trust(server, monkeypatch)
         yield Remote(state, server.url)
-
-
-class Credentials:
-    """The GitCredentials port: a fresh token per push, as the installation cache gives."""
-
-    def __init__(self, token: str | None) -> None:
-        self.token = token
-        self.asked: list[tuple[str, str]] = []
-
-    async def git_token(self, task_id: str, remote_url: str) -> str | None:
-        self.asked.append((task_id, remote_url))
-        return self.token
 
 
 def _ctx(ws: Path, call_id: str) -> ToolContext:
@@ -119,7 +108,8 @@ async def _cloned_with_change(remote: Remote, tmp_path: Path, token: str | None)
     ws = await workspaces.ensure(WorkspaceSpec("t-1", remote.clone_url), token)
     (ws / "app.py").write_text("print('hello')\n")
     committed = await GitCommit().start({"message": "Say hello"}, _ctx(ws, "c-1"))
-    assert isinstance(committed, Completed) and not committed.is_error, committed.output
+    assert isinstance(committed, Completed), committed
+    assert not committed.is_error, committed.output
     return ws
 
 
@@ -135,7 +125,8 @@ async def test_push_lands_on_the_remote_and_the_token_is_nowhere_when_pushed_wit
     with CmdlineSampler(token) as sampler:
         outcome = await push.start({"branch": "keel/hello"}, _ctx(ws, "c-2"))
 
-    assert isinstance(outcome, Completed) and not outcome.is_error, outcome.output
+    assert isinstance(outcome, Completed), outcome
+    assert not outcome.is_error, outcome.output
     assert "read back with ls-remote" in outcome.output
     bare = remote.state.repos[REPO].git_dir
     assert bare is not None
@@ -163,8 +154,9 @@ async def test_push_fails_with_a_clear_error_when_keel_has_no_token(
     assert isinstance(outcome, Completed) and outcome.is_error
     assert "requires credentials and Keel has no token" in outcome.output
     assert remote.state.git_refusals > refusals
-    assert remote.state.repos[REPO].resolve_branch is not None
-    assert remote.state.repos[REPO].resolve_branch("keel/hello") is None
+    resolve_branch = remote.state.repos[REPO].resolve_branch
+    assert resolve_branch is not None
+    assert resolve_branch("keel/hello") is None
 
 
 async def test_push_is_refused_when_the_token_belongs_to_another_installation(
@@ -194,7 +186,7 @@ async def test_clone_fails_when_the_remote_requires_a_token_and_none_is_given(
 
 
 async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_two_are_installed(
-    tmp_path: Path, database: Database, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
@@ -202,7 +194,6 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
     state.add_installation(502, "globex")
     state.add_git_repo("acme/rockets", tmp_path / "remote", installation_id=501)
     state.add_git_repo("globex/widgets", tmp_path / "remote", installation_id=502)
-    scheduler = Scheduler(database)
     with serve(create_github_app(state), tls=True) as server:
         _trust(server, monkeypatch)
         client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
@@ -222,7 +213,8 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
             ctx = ToolContext(task.task_id, task.task_id, "c-1", workspace=ws)
             assert isinstance(await GitCommit().start({"message": repo}, ctx), Completed)
             pushed = await GitPush(credentials=checkouts).start({"branch": "keel/x"}, ctx)
-            assert isinstance(pushed, Completed) and not pushed.is_error, pushed.output
+            assert isinstance(pushed, Completed), pushed
+            assert not pushed.is_error, pushed.output
             assert state.repos[repo].branch_sha("keel/x") is not None
     issued = {t.installation_id for t in state.tokens.values() if t.installation_id}
     assert issued == {501, 502}
@@ -230,12 +222,11 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
 
 
 async def test_a_repository_outside_the_allow_list_gets_no_checkout(
-    tmp_path: Path, database: Database
+    tmp_path: Path, scheduler: Scheduler
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_git_repo("evil/repo", tmp_path / "remote")
-    scheduler = Scheduler(database)
     with serve(create_github_app(state)) as server:
         client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
         checkouts = Checkouts(
@@ -248,12 +239,11 @@ async def test_a_repository_outside_the_allow_list_gets_no_checkout(
 
 
 async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_one(
-    tmp_path: Path, database: Database
+    tmp_path: Path, scheduler: Scheduler
 ) -> None:
     private, public = app_key_pair()
     state = GitHubState(app_public_key=public)
     state.add_git_repo(REPO, tmp_path / "remote")
-    scheduler = Scheduler(database)
     with serve(create_github_app(state)) as server:
         client = GitHubClient.as_installation(
             server.url, state.app_id, private, state.installation_id, timeout_s=5
@@ -275,7 +265,8 @@ async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_o
 
         pushed = await GitPush(credentials=checkouts).start({"branch": "keel/late"}, ctx)
 
-    assert isinstance(pushed, Completed) and not pushed.is_error, pushed.output
+    assert isinstance(pushed, Completed), pushed
+    assert not pushed.is_error, pushed.output
     assert installations.tokens_issued >= 2  # the clone's, then fresh ones for the push
     assert state.repos[REPO].branch_sha("keel/late") is not None
 
@@ -304,7 +295,7 @@ async def test_task_pushes_over_https_and_its_token_is_in_no_row_reply_file_or_l
     caplog.set_level(logging.DEBUG)
     token = remote.token()
     write = {"name": "write_file", "args": {"path": "app.py", "content": "print('hey')\n"}}
-    turns = [
+    turns: list[dict[str, Any]] = [
         {"tool_calls": [write]},
         {"tool_calls": [{"name": "git_commit", "args": {"message": "Say hey"}}]},
         {"tool_calls": [{"name": "git_push", "args": {"branch": "keel/hey"}}]},

@@ -5,12 +5,9 @@ The sink is a recording fake at a port Keel owns (``SignalSink``).
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -23,37 +20,10 @@ from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
 from runtime.threads import GitHubIssue
+from tests.sinks import Ingress, RecordingSink
 
 SECRET = "github-webhook-secret"
 BODY_LIMIT = 64 * 1024
-
-
-@dataclass
-class RecordingSink:
-    """Records every outcome; ``failure`` makes ``accept`` raise as a database outage would."""
-
-    accepted: list[tuple[Signal | Ignored, str, str, str]] = field(default_factory=list)
-    failure: Exception | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    async def accept(
-        self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
-    ) -> object:
-        if self.failure is not None:
-            raise self.failure
-        with self.lock:
-            self.accepted.append((outcome, provider, delivery_id, raw_kind))
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Ingress:
-    url: str
-    sink: RecordingSink
-
-    async def post(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=10) as client:
-            return await client.post(self.url, content=body, headers=headers)
 
 
 @pytest.fixture

@@ -314,7 +314,7 @@ async def test_deliveries_missed_while_keel_was_down_are_redelivered_once_each_o
     extra = github_app_settings(app_key[0])
     an_hour_ago = time.time() - 3600
     # The catch-up job runs at start and then every 0.2 s.
-    extra["github"]["catch_up_interval_s"] = 0.2  # type: ignore[index]
+    extra["github"]["catch_up_interval_s"] = 0.2
     with live_keel(tmp_path, db_url, extra=extra, app_public_key=app_key[1]) as live:
         github = live.github
         hooks = github.hooks

@@ -67,7 +67,7 @@ async def test_interrupted_push_and_refused_pr_never_read_as_done(database: Data
 
 
 def _record_calls(session: Any, task: Task, clock: ManualClock) -> None:
-    calls = [
+    calls: list[tuple[str, str, str, dict[str, Any]]] = [
         ("c1", "git_commit", "ok", {"output": "committed abc1234"}),
         ("c2", "git_push", "interrupted", {"output": "worker died", "is_error": True}),
         ("c3", "open_pull_request", "error", {"output": "GitHub refused", "is_error": True}),

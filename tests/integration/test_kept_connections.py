@@ -88,7 +88,7 @@ async def test_a_thread_idle_for_a_while_closes_its_connection(database: Databas
 
     try:
         before = pool.checkedout()
-        assert await asyncio.gather(idle.read(together), idle.read(together)) == [1, 1]
+        assert list(await asyncio.gather(idle.read(together), idle.read(together))) == [1, 1]
         assert pool.checkedout() == before + 2
         assert len({id(d) for d in drivers}) == 2
         assert not any(_is_closed(d) for d in drivers)
@@ -144,8 +144,8 @@ async def test_a_connection_the_server_dropped_fails_once_then_is_replaced(
         # While the database refuses connections, opening the replacement fails as
         # retryable too (a webhook then answers 503, not 500); afterwards it opens.
         name = database.engine.url.database
-        admin = create_engine(str(admin_url()), isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
+        server = create_engine(str(admin_url()), isolation_level="AUTOCOMMIT")
+        with server.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
             conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": again})
             try:
@@ -154,7 +154,7 @@ async def test_a_connection_the_server_dropped_fails_once_then_is_replaced(
                         await alone.run(_backend)
             finally:
                 conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
-        admin.dispose()
+        server.dispose()
         assert await alone.run(_backend) not in (pid, again)
     finally:
         alone.close()

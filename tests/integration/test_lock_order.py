@@ -43,11 +43,10 @@ def _as_an_append_would(database: Database, task_id: str, other: Callable[[], Fu
 
 
 async def test_a_claim_waits_for_an_append_holding_the_task_instead_of_deadlocking(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
     if not database.is_postgres:
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two interleave")
-    scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
     now = datetime.now(UTC)
     [token] = database.run_sync(lambda s: q.next_ready_tokens(s, now, 1, False))
@@ -67,13 +66,12 @@ async def test_a_claim_waits_for_an_append_holding_the_task_instead_of_deadlocki
 
 
 async def test_a_transaction_postgresql_ends_to_break_a_deadlock_fails_as_retryable(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
     """The remedy for a deadlock is running the transaction again: a webhook then answers
     503 (delivered again later) rather than 500."""
     if not database.is_postgres:
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two interleave")
-    scheduler = Scheduler(database)
     first = (await scheduler.schedule(make_spec())).task.task_id
     second = (await scheduler.schedule(make_spec())).task.task_id
     holds_first, go = threading.Event(), threading.Event()

@@ -132,7 +132,7 @@ def _put_outbox(engine: Engine, rows: list[tuple[str, str | None]]) -> None:
         for n, (ref, landed) in enumerate(rows)
     ]
     with engine.begin() as connection:
-        connection.execute(insert(OutboxRow.__table__), values)
+        connection.execute(insert(OutboxRow), values)
 
 
 def _landed_on(engine: Engine) -> list[str | None]:
@@ -187,8 +187,8 @@ def test_a_failed_post_becomes_undelivered_when_upgraded(db_url: str) -> None:
     _alembic(engine, "downgrade", "0009_prloop")
     _put_outbox(engine, [(ORIGIN, None), (ORIGIN, ORIGIN)])
     with engine.begin() as connection:
-        first = OutboxRow.__table__.c.idempotency_key == "k0"
-        connection.execute(update(OutboxRow.__table__).where(first).values(state="failed"))
+        first = OutboxRow.idempotency_key == "k0"
+        connection.execute(update(OutboxRow).where(first).values(state="failed"))
     _alembic(engine, "upgrade", "head")
     assert _outbox_states(engine) == ["undelivered", "landed"]
     _alembic(engine, "downgrade", "0009_prloop")

@@ -6,11 +6,13 @@ with a reply that says so without quoting the provider's address or its page."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from runtime.clock import ManualClock
+from runtime.ids import TaskId
 from runtime.models.openai import OpenAIProvider
 from runtime.reporting import ThreadReporter
 from runtime.store import executions
@@ -49,8 +51,8 @@ def _stack(db_url: str, folder: Path, llm: CompletionsServer, clock: ManualClock
     return stack
 
 
-async def _schedule(stack: Stack, count: int) -> list[str]:
-    found = []
+async def _schedule(stack: Stack, count: int) -> list[TaskId]:
+    found: list[TaskId] = []
     for n in range(count):
         thread = SlackThread("T1", "C1", f"1700000000.00010{n}")
         spec = make_spec(origin_thread_ref=thread, objective_key=str(thread))
@@ -58,7 +60,7 @@ async def _schedule(stack: Stack, count: int) -> list[str]:
     return found
 
 
-async def _tasks(stack: Stack, task_ids: list[str]) -> list[Task]:
+async def _tasks(stack: Stack, task_ids: Sequence[str]) -> list[Task]:
     found = [await stack.scheduler.get(task_id) for task_id in task_ids]
     assert all(task is not None for task in found)
     return [task for task in found if task is not None]
@@ -73,15 +75,15 @@ async def _move_clock_until(
             await asyncio.sleep(0.05)
 
 
-async def _all_done(stack: Stack, task_ids: list[str]) -> bool:
+async def _all_done(stack: Stack, task_ids: Sequence[str]) -> bool:
     for task_id in task_ids:
-        run = await stack.db.read(lambda s, t=task_id: executions.load_run(s, t))
+        run = await stack.db.read(partial(executions.load_run, task_id=task_id))
         if run is None or run.phase != "done":
             return False
     return True
 
 
-async def _all_waiting(stack: Stack, task_ids: list[str]) -> bool:
+async def _all_waiting(stack: Stack, task_ids: Sequence[str]) -> bool:
     return all(t.status is TaskStatus.waiting for t in await _tasks(stack, task_ids))
 
 

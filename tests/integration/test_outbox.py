@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import pytest
 
@@ -20,6 +21,7 @@ from runtime.store.records import TaskResult, TaskStatus
 from runtime.surfaces import Action, Surface
 from runtime.threads import GitHubIssue, SlackThread, ThreadRef, parse_thread
 from tests.factories import make_spec
+from tests.harness import schedule_task
 
 ORIGIN = SlackThread("T1", "C1", "1.0")
 
@@ -72,7 +74,7 @@ def message(thread: ThreadRef, n: int) -> ThreadRef:
 
 
 async def _task(db: Database) -> str:
-    return (await Scheduler(db).schedule(make_spec())).task.task_id
+    return (await schedule_task(db)).task_id
 
 
 def _queue(db: Database, task_id: str, key: str, body: str, clock: ManualClock) -> None:
@@ -119,7 +121,7 @@ async def test_progress_edits_are_rate_limited_when_phases_change_quickly(
     database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
     await dispatcher.run_once()
     for step in ("a", "b", "c"):
-        database.run_sync(lambda s, step=step: reporter.on_phase(s, task, "x", step))
+        database.run_sync(partial(reporter.on_phase, task=task, phase="x", detail=step))
         clock.advance(1)
         await dispatcher.run_once()
     assert len(surface.posts) == 1  # one progress message
@@ -275,6 +277,10 @@ class _RefusingThread:
 
     inner: FakeSurface
     refused: ThreadRef
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
 
     async def post(
         self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -281,12 +282,9 @@ async def test_replies_a_dead_origin_refuses_start_one_thread_per_task_in_a_fall
         tasks = [await _task(database, clock, gone) for _ in range(2)]
         reporter = ThreadReporter(clock)
         for task in tasks:
-            database.run_sync(lambda s, task=task: reporter.on_phase(s, task, "call_model", ""))
-            database.run_sync(
-                lambda s, task=task: reporter.on_finished(
-                    s, task, TaskResult(TaskStatus.succeeded, f"fixed {task.task_id}")
-                )
-            )
+            database.run_sync(partial(reporter.on_phase, task=task, phase="call_model", detail=""))
+            result = TaskResult(TaskStatus.succeeded, f"fixed {task.task_id}")
+            database.run_sync(partial(reporter.on_finished, task=task, result=result))
         await _rounds(dispatcher, clock, 10)
     tops = {m.ts: m for m in slack.messages if m.channel == "C0FALLBACK" and not m.thread_ts}
     assert len(tops) == 2  # one top-level message per task, each its progress message

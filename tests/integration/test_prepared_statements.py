@@ -10,12 +10,15 @@ from sqlalchemy import event
 
 from runtime.errors import StaleWrite
 from runtime.execution import Activation, Failure, RunState
-from runtime.scheduler import Scheduler
+from runtime.scheduler import Claimed, Scheduler
 from runtime.store import executions, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction
+from runtime.store.executions import Run
 from runtime.store.models import ToolCallRow, TranscriptItemRow
+from runtime.store.records import Lease, Task
 from tests.factories import make_spec
+from tests.harness import schedule_task
 
 NOW = datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=UTC)
 # Nested JSON and datetimes in the state column survive the driver path both ways.
@@ -27,8 +30,18 @@ STATE = RunState(
 )
 
 
+async def _claimed(database: Database, scheduler: Scheduler) -> tuple[Task, Lease, Run]:
+    """A new task, claimed: its lease and its run as the claim left it."""
+    task = (await scheduler.schedule(make_spec())).task
+    claimed = await scheduler.claim_next("w")
+    assert isinstance(claimed, Claimed)
+    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
+    assert run is not None
+    return task, claimed.lease, run
+
+
 async def _task_id(database: Database) -> str:
-    return str((await Scheduler(database).schedule(make_spec())).task.task_id)
+    return str((await schedule_task(database)).task_id)
 
 
 async def test_transcript_items_round_trip_when_written_and_read_on_the_driver_path(
@@ -116,8 +129,9 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
     assert (c2.dispatch_state, c2.args, c2.dispatched_at) == ("pending", {"q": 2}, None)
 
 
-async def test_task_reads_match_the_orm_record_and_see_later_changes(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_task_reads_match_the_orm_record_and_see_later_changes(
+    database: Database, scheduler: Scheduler
+) -> None:
     task = (await scheduler.schedule(make_spec())).task
     read = database.read_sync(lambda s: q.read_task(s, task.task_id))
     assert read == task
@@ -129,14 +143,9 @@ async def test_task_reads_match_the_orm_record_and_see_later_changes(database: D
 
 
 async def test_transition_commits_once_and_a_stale_version_changes_nothing(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
-    scheduler = Scheduler(database)
-    task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim_next("w")
-    lease = claimed.lease  # type: ignore[union-attr]
-    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
-    assert run is not None
+    task, lease, run = await _claimed(database, scheduler)
 
     def advance(session: Transaction) -> int:
         advance = executions.Advance("check_scheduler", 2, 1, STATE, NOW)
@@ -200,7 +209,7 @@ def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
 
     from runtime.store.prepared import _compile
 
-    dialect = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+    dialect = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
     insert = _compile(transcripts._ADD_ITEMS._make("postgresql"), dialect)
     batched = insert.multi_row(3)
     assert batched is not None and batched.count("%(v_item_key__2)s") == 1
@@ -210,16 +219,12 @@ def test_only_a_single_row_insert_is_batched_as_one_statement() -> None:
 
 
 async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
     """The lease holder's commit answers with what others changed on the task (a stop here),
     in the transition's own statement on PostgreSQL, and a stale version still changes
     nothing."""
-    scheduler = Scheduler(database)
-    task = (await scheduler.schedule(make_spec())).task
-    lease = (await scheduler.claim_next("w")).lease  # type: ignore[union-attr]
-    run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
-    assert run is not None
+    task, lease, run = await _claimed(database, scheduler)
     await scheduler.request_cancel(task.task_id, "stop", "someone")
     advance = executions.Advance("check_scheduler", 1, 0, STATE, NOW)
     seen: list[str] = []

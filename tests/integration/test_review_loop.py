@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from adapters.demo.repo import branch_head
 from adapters.emulators.corpus import load_github_example
+from adapters.emulators.slack import SlackMessage
 from runtime.store import executions, links
 from runtime.store import tasks as q
 from runtime.store.engine import Database
@@ -98,15 +99,16 @@ async def test_inline_review_comment_is_fixed_pushed_and_answered_in_its_thread(
 
         objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root}"
 
-        async def followed() -> Any:
+        async def followed() -> TaskRow | None:
             task = await db.read(lambda s: q.latest_by_objective(s, objective))
-            done = task is not None and task.task_id != first_id
-            return task if done and TaskStatus(task.status).is_terminal else None
+            if task is None or task.task_id == first_id:
+                return None
+            return task if TaskStatus(task.status).is_terminal else None
 
         async with asyncio.timeout(90):
             while (second := await followed()) is None:
                 await asyncio.sleep(0.1)
-        posts = []
+        posts: list[SlackMessage] = []
         async with asyncio.timeout(30):
             while not posts:
                 posts = [m for m in live.slack.bot_posts(CHANNEL) if m.text.startswith("Updated")]

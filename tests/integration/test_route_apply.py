@@ -41,14 +41,14 @@ POLICY = RoutingPolicy.from_config(
 )
 
 
-def make_signal(**overrides: Any) -> Signal:
+def follow_up(**overrides: Any) -> Signal:
     """A follow-up from alice in THREAD: a thread reply without a mention."""
     return factories.make_signal(**{"delivery_id": "Ev-follow-up", **overrides})
 
 
 def mention(**overrides: Any) -> Signal:
     values = {"kind": "mention", "addresses_bot": True, "delivery_id": "Ev-mention"}
-    return make_signal(**{**values, "dedupe_key": "slack:T1:C1:1700000000.000300", **overrides})
+    return follow_up(**{**values, "dedupe_key": "slack:T1:C1:1700000000.000300", **overrides})
 
 
 def make_router(
@@ -165,7 +165,7 @@ class CrashesScheduling(Scheduler):
 async def test_follow_up_is_appended_once_when_delivered_three_times(database: Database) -> None:
     router = make_router(database)
     task = await start_task(router.scheduler)
-    results = [await ingest(router, make_signal()) for _ in range(3)]
+    results = [await ingest(router, follow_up()) for _ in range(3)]
     assert [r.duplicate for r in results] == [False, True, True]
     assert {(r.decision, r.task_id) for r in results} == {("append", task.task_id)}
     assert count(database, SignalRow) == 1
@@ -183,7 +183,7 @@ async def test_follow_up_is_appended_once_when_delivered_three_times_concurrentl
     # Two routers stand in for two request handlers that do not share in-process locks.
     other = make_router(database)
     results = await asyncio.gather(
-        ingest(router, make_signal()), ingest(other, make_signal()), ingest(router, make_signal())
+        ingest(router, follow_up()), ingest(other, follow_up()), ingest(router, follow_up())
     )
     assert sorted(r.duplicate for r in results) == [False, True, True]
     assert count(database, SignalRow) == 1
@@ -210,7 +210,7 @@ async def test_append_retries_under_the_same_key_when_the_store_is_briefly_down(
     scheduler = Flaky(database, clock=clock, failures=3)
     router = make_router(database, scheduler)
     task = await start_task(scheduler)
-    result = await ingest(router, make_signal())
+    result = await ingest(router, follow_up())
     assert (result.decision, result.task_id) == ("append", task.task_id)
     assert outcomes(database, result.signal_id) == ["retryable", "retryable", "appended"]
     assert set(scheduler.keys) == {"slack:T1:C1:1700000000.000200"}
@@ -222,7 +222,7 @@ async def test_signal_stays_pending_when_transient_errors_outlast_the_retries(
     scheduler = Flaky(database, clock=ManualClock(NOW), failures=4)
     router = make_router(database, scheduler)
     task = await start_task(scheduler)
-    result = await ingest(router, make_signal())
+    result = await ingest(router, follow_up())
     assert result.decision == "pending"
     resumed = await make_router(database).resume_pending(older_than=timedelta(0))
     assert [(r.decision, r.task_id) for r in resumed] == [("append", task.task_id)]
@@ -238,7 +238,7 @@ async def test_one_linked_new_task_when_target_finishes_between_lookup_and_appen
     scheduler = FinishesFirst(database, clock=ManualClock(NOW))
     router = make_router(database, scheduler)
     old = await start_task(scheduler)
-    result = await ingest(router, make_signal())
+    result = await ingest(router, follow_up())
     assert result.decision == "new_task"
     tasks = {t.task_id: t for t in tasks_for(database, THREAD)}
     assert set(tasks) == {old.task_id, result.task_id}
@@ -256,7 +256,7 @@ async def test_no_second_owner_and_escalated_when_not_found_but_task_still_activ
     scheduler = LaggingNotFound(database, clock=ManualClock(NOW))
     router = make_router(database, scheduler)
     task = await start_task(scheduler)
-    result = await ingest(router, make_signal())
+    result = await ingest(router, follow_up())
     assert result.decision == "escalated"
     assert result.task_id == task.task_id
     assert result.reason is not None and "not starting a second owner" in result.reason
@@ -274,7 +274,7 @@ async def test_new_task_without_link_when_not_found_and_task_is_gone(database: D
     scheduler = Vanished(database, clock=ManualClock(NOW))
     router = make_router(database, scheduler)
     old = await start_task(scheduler)
-    result = await ingest(router, make_signal())
+    result = await ingest(router, follow_up())
     assert result.decision == "new_task"
     new = next(t for t in tasks_for(database, THREAD) if t.task_id == result.task_id)
     assert new.task_id != old.task_id and new.follows_task_id is None
@@ -328,7 +328,7 @@ async def test_stop_from_the_requester_records_cancel_when_task_is_active(
 ) -> None:
     router = make_router(database)
     task = await start_task(router.scheduler)
-    result = await ingest(router, make_signal(text="stop", command="stop"))
+    result = await ingest(router, follow_up(text="stop", command="stop"))
     assert (result.decision, result.task_id) == ("stop", task.task_id)
     stopped = await router.scheduler.get(task.task_id)
     assert stopped is not None and stopped.cancel_requested_at is not None
@@ -341,7 +341,7 @@ async def test_stop_is_refused_when_the_user_is_not_authorised(database: Databas
     router = make_router(database)
     task = await start_task(router.scheduler)
     stranger = Actor(id="U9", name="mallory", is_bot=False, is_self=False)
-    result = await ingest(router, make_signal(text="stop", command="stop", actor=stranger))
+    result = await ingest(router, follow_up(text="stop", command="stop", actor=stranger))
     assert (result.decision, result.reason) == ("drop", "unauthorised")
     unchanged = await router.scheduler.get(task.task_id)
     assert unchanged is not None and unchanged.cancel_requested_at is None
@@ -420,8 +420,8 @@ async def test_request_path_commits_once_with_its_acknowledgement(
         await start_task(router.scheduler)
     signal = {
         "mention": mention(text="fix the login bug"),
-        "follow_up": make_signal(),
-        "stop": make_signal(text="stop", command="stop"),
+        "follow_up": follow_up(),
+        "stop": follow_up(text="stop", command="stop"),
     }[kind]
     commits: list[object] = []
 
@@ -454,7 +454,7 @@ async def test_escalation_is_queued_with_the_decision_that_made_it(database: Dat
     router = make_router(database, LaggingNotFound(database, clock=ManualClock(NOW)))
     router.reporting = ReportingPolicy()
     task = await start_task(router.scheduler)
-    result = await ingest(router, make_signal())
+    result = await ingest(router, follow_up())
     assert result.decision == "escalated"
     posts = database.run_sync(lambda s: posts_of_task(s, task.task_id))
     assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [

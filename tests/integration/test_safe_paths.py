@@ -303,15 +303,17 @@ async def test_repository_guidance_not_read_through_a_link_out(
 
     from adapters.assembly import RepoGuidance
     from adapters.checkouts import Checkouts
+    from runtime.store.records import Task
 
     monkeypatch.setenv("KEEL_TEST_SECRET", MARKER)
     (ws / "AGENTS.md").symlink_to(target.format(host=host))
     guidance = RepoGuidance(cast(Checkouts, _OneWorkspace(ws)))
-    sections = await guidance.sections(cast(object, None))  # type: ignore[arg-type]
+    any_task = cast(Task, None)  # the one workspace is every task's
+    sections = await guidance.sections(any_task)
     assert sections == []
     (ws / "AGENTS.md").unlink()
     (ws / "AGENTS.md").write_text("Run make test.\n")
-    assert await guidance.sections(cast(object, None)) == [  # type: ignore[arg-type]
+    assert await guidance.sections(any_task) == [
         "Repository guidance (AGENTS.md):\nRun make test.\n"
     ]
 

@@ -10,7 +10,6 @@ import asyncio
 import os
 import socket
 import subprocess
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from runtime.workspace import sandbox as sandbox_module
 from runtime.workspace.egress import Egress, EgressMode
 from runtime.workspace.sandbox import Limits, Sandbox, SandboxMode
 from runtime.workspace.state import WorkspaceState
-from tests.host import require_bwrap, run_to_end
+from tests.host import loopback_listener, require_bwrap, run_to_end
 
 
 @pytest.fixture(autouse=True)
@@ -63,28 +62,8 @@ async def test_writes_land_outside_when_sandbox_is_none(ws: Path, tmp_path: Path
 
 @pytest.fixture
 def listener() -> Iterator[tuple[int, list[socket.socket]]]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                accepted.append(server.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield int(server.getsockname()[1]), accepted
-    stop.set()
-    thread.join()
-    for conn in accepted:
-        conn.close()
-    server.close()
+    with loopback_listener() as found:
+        yield found
 
 
 @pytest.mark.parametrize("mode", ["off", "on"])

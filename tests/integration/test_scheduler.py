@@ -7,6 +7,7 @@ import itertools
 from datetime import timedelta
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from runtime.clock import ManualClock
 from runtime.scheduler import (
@@ -22,13 +23,13 @@ from runtime.scheduler import (
 )
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import DeliveryRow, MailboxMessageRow
+from runtime.store.models import Base, DeliveryRow, MailboxMessageRow
 from runtime.store.records import TaskResult, TaskStatus
 from tests.factories import make_spec, text_part
 
 
 def _pending_tokens(db: Database, task_id: str, reason: str | None = None) -> list[str]:
-    def work(session):  # type: ignore[no-untyped-def]
+    def work(session: Session) -> list[str]:
         query = select(DeliveryRow.token).where(
             DeliveryRow.task_id == task_id, DeliveryRow.consumed_at.is_(None)
         )
@@ -39,8 +40,14 @@ def _pending_tokens(db: Database, task_id: str, reason: str | None = None) -> li
     return db.run_sync(work)
 
 
-def _count(db: Database, model, **where) -> int:  # type: ignore[no-untyped-def]
-    def work(session):  # type: ignore[no-untyped-def]
+async def _status(scheduler: Scheduler, task_id: str) -> TaskStatus:
+    task = await scheduler.get(task_id)
+    assert task is not None
+    return task.status
+
+
+def _count(db: Database, model: type[Base], **where: object) -> int:
+    def work(session: Session) -> int:
         query = select(func.count()).select_from(model)
         for key, value in where.items():
             query = query.where(getattr(model, key) == value)
@@ -50,9 +57,8 @@ def _count(db: Database, model, **where) -> int:  # type: ignore[no-untyped-def]
 
 
 async def test_schedule_creates_queued_task_with_one_delivery_when_available_now(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
-    scheduler = Scheduler(database)
     scheduled = await scheduler.schedule(make_spec())
     assert scheduled.created
     assert scheduled.task.status is TaskStatus.queued
@@ -60,8 +66,9 @@ async def test_schedule_creates_queued_task_with_one_delivery_when_available_now
     assert len(_pending_tokens(database, scheduled.task.task_id)) == 1
 
 
-async def test_claim_rejects_token_when_already_consumed(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_claim_rejects_token_when_already_consumed(
+    database: Database, scheduler: Scheduler
+) -> None:
     task = (await scheduler.schedule(make_spec())).task
     [token] = _pending_tokens(database, task.task_id)
     first = await scheduler.claim(token, "w1")
@@ -143,23 +150,24 @@ async def test_renew_extends_lease_when_still_held(database: Database) -> None:
     assert (await scheduler.sweep()).recovered == 0
 
 
-async def test_mailbox_append_returns_duplicate_when_key_repeats(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_mailbox_append_returns_duplicate_when_key_repeats(
+    database: Database, scheduler: Scheduler
+) -> None:
     task = (await scheduler.schedule(make_spec())).task
     outcomes = [
         await scheduler.append_mailbox(task.task_id, "k1", [text_part("also Safari")], "u1")
         for _ in range(3)
     ]
-    assert isinstance(outcomes[0], Appended)
-    assert all(isinstance(o, Duplicate) for o in outcomes[1:])
-    assert {o.message.message_id for o in outcomes} == {outcomes[0].message.message_id}  # type: ignore[union-attr]
+    [first, *again] = outcomes
+    assert isinstance(first, Appended)
+    same = first.message.message_id
+    assert all(isinstance(o, Duplicate) and o.message.message_id == same for o in again)
     assert _count(database, MailboxMessageRow, task_id=task.task_id) == 1
 
 
 async def test_mailbox_append_stores_two_when_same_key_targets_two_tasks(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
-    scheduler = Scheduler(database)
     a = (await scheduler.schedule(make_spec())).task
     b = (await scheduler.schedule(make_spec())).task
     first = await scheduler.append_mailbox(a.task_id, "same", [text_part("x")])
@@ -168,8 +176,9 @@ async def test_mailbox_append_stores_two_when_same_key_targets_two_tasks(
     assert _count(database, MailboxMessageRow) == 2
 
 
-async def test_mailbox_append_concurrent_same_key_stores_one(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_mailbox_append_concurrent_same_key_stores_one(
+    database: Database, scheduler: Scheduler
+) -> None:
     task = (await scheduler.schedule(make_spec())).task
     outcomes = await asyncio.gather(
         *(scheduler.append_mailbox(task.task_id, "k", [text_part("x")]) for _ in range(6))
@@ -179,9 +188,8 @@ async def test_mailbox_append_concurrent_same_key_stores_one(database: Database)
 
 
 async def test_mailbox_append_returns_already_terminal_and_stores_nothing_when_task_done(
-    database: Database,
+    database: Database, scheduler: Scheduler,
 ) -> None:
-    scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
     await scheduler.report_result(task.task_id, TaskResult(TaskStatus.succeeded, "done"))
     outcome = await scheduler.append_mailbox(task.task_id, "late", [text_part("x")])
@@ -190,8 +198,7 @@ async def test_mailbox_append_returns_already_terminal_and_stores_nothing_when_t
     assert isinstance(await scheduler.append_mailbox("t_missing", "k", []), NotFound)
 
 
-async def test_read_mailbox_returns_messages_after_position_in_order(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_read_mailbox_returns_messages_after_position_in_order(scheduler: Scheduler) -> None:
     task = (await scheduler.schedule(make_spec())).task
     for i in range(4):
         await scheduler.append_mailbox(task.task_id, f"k{i}", [text_part(f"m{i}")])
@@ -200,8 +207,7 @@ async def test_read_mailbox_returns_messages_after_position_in_order(database: D
     assert [m.text for m in after_two] == ["m2", "m3"]
 
 
-async def test_report_result_keeps_first_when_reported_twice(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_report_result_keeps_first_when_reported_twice(scheduler: Scheduler) -> None:
     task = (await scheduler.schedule(make_spec())).task
     first = await scheduler.report_result(task.task_id, TaskResult(TaskStatus.succeeded, "one"))
     second = await scheduler.report_result(task.task_id, TaskResult(TaskStatus.failed, "two"))
@@ -214,8 +220,9 @@ async def test_report_result_keeps_first_when_reported_twice(database: Database)
     assert isinstance(missing, Missing)
 
 
-async def test_cancel_of_root_is_seen_by_grandchild(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_cancel_of_root_is_seen_by_grandchild(
+    database: Database, scheduler: Scheduler
+) -> None:
     root = (await scheduler.schedule(make_spec())).task
     child = (await scheduler.schedule(make_spec(parent_id=root.task_id, child_key="c"))).task
     grandchild = (await scheduler.schedule(make_spec(parent_id=child.task_id, child_key="g"))).task
@@ -229,8 +236,7 @@ async def test_cancel_of_root_is_seen_by_grandchild(database: Database) -> None:
     assert _pending_tokens(database, grandchild.task_id, "stop")
 
 
-async def test_child_creation_returns_same_child_when_key_repeats(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_child_creation_returns_same_child_when_key_repeats(scheduler: Scheduler) -> None:
     root = (await scheduler.schedule(make_spec())).task
     spec = make_spec(parent_id=root.task_id, child_key="call_1_0", message="look at logs")
     first = await scheduler.schedule(spec)
@@ -241,27 +247,27 @@ async def test_child_creation_returns_same_child_when_key_repeats(database: Data
     assert other_key.created and other_key.task.task_id != first.task.task_id
 
 
-async def test_waiting_task_wakes_when_mailbox_receives_input(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_waiting_task_wakes_when_mailbox_receives_input(
+    database: Database, scheduler: Scheduler
+) -> None:
     task = (await scheduler.schedule(make_spec())).task
     claimed = await scheduler.claim_next("w")
     assert isinstance(claimed, Claimed)
 
-    def park(session):  # type: ignore[no-untyped-def]
+    def park(session: Session) -> bool:
         parked = scheduler.enter_waiting_in(session, task.task_id)
         scheduler.release_in(session, claimed.lease, None)
         return parked
 
     assert database.run_sync(park)
-    assert (await scheduler.get(task.task_id)).status is TaskStatus.waiting  # type: ignore[union-attr]
+    assert await _status(scheduler, task.task_id) is TaskStatus.waiting
     assert isinstance(await scheduler.claim_next("w"), NoMatch)
     await scheduler.append_mailbox(task.task_id, "k", [text_part("more")])
-    assert (await scheduler.get(task.task_id)).status is TaskStatus.queued  # type: ignore[union-attr]
+    assert await _status(scheduler, task.task_id) is TaskStatus.queued
     assert isinstance(await scheduler.claim_next("w"), Claimed)
 
 
-async def test_status_changes_are_timestamped_in_order(database: Database) -> None:
-    scheduler = Scheduler(database)
+async def test_status_changes_are_timestamped_in_order(scheduler: Scheduler) -> None:
     task = (await scheduler.schedule(make_spec())).task
     await scheduler.claim_next("w")
     await scheduler.report_result(task.task_id, TaskResult(TaskStatus.failed, "boom"))

@@ -15,8 +15,8 @@ from sqlalchemy import select
 from adapters.emulators.slack import SlackMessage
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import SignalRow
-from runtime.store.records import Task, TaskStatus
+from runtime.store.models import SignalRow, TaskRow
+from runtime.store.records import TaskStatus
 from tests.integration.keel_live import (
     CHANNEL,
     MALLORY,
@@ -46,7 +46,7 @@ def _progress(live: Live, root_ts: str) -> SlackMessage | None:
     )
 
 
-async def _started(live: Live, db: Database, root_ts: str) -> tuple[Task, SlackMessage]:
+async def _started(live: Live, db: Database, root_ts: str) -> tuple[TaskRow, SlackMessage]:
     """A task working on the thread, with its progress message (and Stop button) posted."""
 
     async def posted() -> bool:

@@ -29,7 +29,7 @@ from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
 from runtime.errors import Retryable
 from runtime.threads import SlackThread
-from tests.sinks import RecordingSink
+from tests.sinks import Ingress, RecordingSink
 
 SECRET = "slack-signing-secret"
 IDENTITY = SlackIdentity(team_id="T111", bot_user_id="W111", bot_id="B111", app_id="A111")
@@ -37,18 +37,12 @@ BODY_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class Ingress:
-    url: str
-    sink: RecordingSink
+class SlackIngress(Ingress):
     slack_api: SlackState
-
-    async def post(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=10) as client:
-            return await client.post(self.url, content=body, headers=headers)
 
 
 @pytest.fixture
-def ingress() -> Iterator[Ingress]:
+def ingress() -> Iterator[SlackIngress]:
     api = SlackState()
     sink = RecordingSink()
     with serve(create_slack_app(api)) as emulator:
@@ -59,10 +53,10 @@ def ingress() -> Iterator[Ingress]:
         app = FastAPI()
         install_ingress(app, create_ingress_router(slack=events), body_limit_bytes=BODY_LIMIT)
         with serve(app) as server:
-            yield Ingress(f"{server.url}/slack/events", sink, api)
+            yield SlackIngress(f"{server.url}/slack/events", sink, api)
 
 
-async def test_mention_reaches_sink_when_signature_is_good(ingress: Ingress) -> None:
+async def test_mention_reaches_sink_when_signature_is_good(ingress: SlackIngress) -> None:
     signed = sign_slack(load_slack_event("app_mention"), SECRET)
 
     response = await ingress.post(signed.body, signed.headers)
@@ -88,7 +82,7 @@ async def test_mention_reaches_sink_when_signature_is_good(ingress: Ingress) -> 
     ids=["wrong", "empty-signature", "empty-timestamp"],
 )
 async def test_refused_401_when_signature_is_bad_or_missing(
-    ingress: Ingress, headers: dict[str, str]
+    ingress: SlackIngress, headers: dict[str, str]
 ) -> None:
     signed = sign_slack(load_slack_event("app_mention"), SECRET).with_headers(**headers)
 
@@ -98,7 +92,7 @@ async def test_refused_401_when_signature_is_bad_or_missing(
     assert ingress.sink.accepted == []
 
 
-async def test_refused_401_when_signature_headers_are_absent(ingress: Ingress) -> None:
+async def test_refused_401_when_signature_headers_are_absent(ingress: SlackIngress) -> None:
     body = json.dumps(load_slack_event("app_mention")).encode()
 
     response = await ingress.post(body, {"Content-Type": "application/json"})
@@ -107,7 +101,7 @@ async def test_refused_401_when_signature_headers_are_absent(ingress: Ingress) -
     assert ingress.sink.accepted == []
 
 
-async def test_refused_401_when_timestamp_is_older_than_five_minutes(ingress: Ingress) -> None:
+async def test_refused_401_when_timestamp_is_older_than_five_minutes(ingress: SlackIngress) -> None:
     stale = int(time.time()) - 5 * 60 - 5
     signed = sign_slack(load_slack_event("app_mention"), SECRET, timestamp=stale)
 
@@ -119,7 +113,7 @@ async def test_refused_401_when_timestamp_is_older_than_five_minutes(ingress: In
 
 @pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"'])
 async def test_refused_400_when_signed_body_is_not_a_json_object(
-    ingress: Ingress, body: bytes
+    ingress: SlackIngress, body: bytes
 ) -> None:
     signed = sign_slack(body, SECRET)
 
@@ -129,7 +123,7 @@ async def test_refused_400_when_signed_body_is_not_a_json_object(
     assert ingress.sink.accepted == []
 
 
-async def test_refused_401_when_malformed_body_is_unsigned(ingress: Ingress) -> None:
+async def test_refused_401_when_malformed_body_is_unsigned(ingress: SlackIngress) -> None:
     signed = sign_slack(b"{not json", "another-secret")
 
     response = await ingress.post(signed.body, signed.headers)
@@ -137,7 +131,7 @@ async def test_refused_401_when_malformed_body_is_unsigned(ingress: Ingress) -> 
     assert response.status_code == 401
 
 
-async def test_refused_413_when_body_is_over_the_limit(ingress: Ingress) -> None:
+async def test_refused_413_when_body_is_over_the_limit(ingress: SlackIngress) -> None:
     payload = load_slack_event("app_mention", **{"event.text": "x" * BODY_LIMIT})
     signed = sign_slack(payload, SECRET)
 
@@ -147,7 +141,7 @@ async def test_refused_413_when_body_is_over_the_limit(ingress: Ingress) -> None
     assert ingress.sink.accepted == []
 
 
-async def test_refused_413_when_chunked_body_runs_over_the_limit(ingress: Ingress) -> None:
+async def test_refused_413_when_chunked_body_runs_over_the_limit(ingress: SlackIngress) -> None:
     signed = sign_slack(load_slack_event("app_mention", **{"event.text": "y" * BODY_LIMIT}), SECRET)
 
     async def chunks() -> Any:
@@ -161,7 +155,7 @@ async def test_refused_413_when_chunked_body_runs_over_the_limit(ingress: Ingres
     assert ingress.sink.accepted == []
 
 
-async def test_challenge_answered_when_url_verification(ingress: Ingress) -> None:
+async def test_challenge_answered_when_url_verification(ingress: SlackIngress) -> None:
     payload = load_slack_event("url_verification")
     signed = sign_slack(payload, SECRET)
 
@@ -172,7 +166,9 @@ async def test_challenge_answered_when_url_verification(ingress: Ingress) -> Non
     assert ingress.sink.accepted == []
 
 
-async def test_retry_acknowledged_and_passed_on_when_retry_num_is_set(ingress: Ingress) -> None:
+async def test_retry_acknowledged_and_passed_on_when_retry_num_is_set(
+    ingress: SlackIngress,
+) -> None:
     signed = sign_slack(load_slack_event("app_mention"), SECRET, retry_num=1)
 
     response = await ingress.post(signed.body, signed.headers)
@@ -182,7 +178,7 @@ async def test_retry_acknowledged_and_passed_on_when_retry_num_is_set(ingress: I
 
 
 async def test_all_acknowledged_when_same_delivery_arrives_five_times_at_once(
-    ingress: Ingress,
+    ingress: SlackIngress,
 ) -> None:
     signed = sign_slack(load_slack_event("app_mention"), SECRET)
 
@@ -193,7 +189,7 @@ async def test_all_acknowledged_when_same_delivery_arrives_five_times_at_once(
     assert [delivery for _, _, delivery, _ in ingress.sink.accepted] == ["Ev111"] * 5
 
 
-async def test_own_message_reaches_sink_as_self_when_bot_posted(ingress: Ingress) -> None:
+async def test_own_message_reaches_sink_as_self_when_bot_posted(ingress: SlackIngress) -> None:
     payload = load_slack_event(
         "message.in-thread.channel", **{"event.bot_id": IDENTITY.bot_id, "event.user": "W111"}
     )
@@ -207,7 +203,7 @@ async def test_own_message_reaches_sink_as_self_when_bot_posted(ingress: Ingress
 
 
 async def test_unsupported_event_reaches_sink_as_ignored_when_not_routable(
-    ingress: Ingress,
+    ingress: SlackIngress,
 ) -> None:
     signed = sign_slack(load_slack_event("member_joined_channel"), SECRET)
 
@@ -219,7 +215,7 @@ async def test_unsupported_event_reaches_sink_as_ignored_when_not_routable(
     assert raw_kind == "member_joined_channel"
 
 
-async def test_answered_503_when_sink_is_unavailable(ingress: Ingress) -> None:
+async def test_answered_503_when_sink_is_unavailable(ingress: SlackIngress) -> None:
     ingress.sink.failure = Retryable("database is down")
     signed = sign_slack(load_slack_event("app_mention"), SECRET)
 
@@ -232,7 +228,7 @@ def _click_form(payload: object) -> bytes:
     return urlencode({"payload": json.dumps(payload)}).encode()
 
 
-async def test_interactivity_is_signed_like_events(ingress: Ingress) -> None:
+async def test_interactivity_is_signed_like_events(ingress: SlackIngress) -> None:
     url = ingress.url.replace("/slack/events", "/slack/interactivity")
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     unsigned = sign_slack(_click_form({"type": "block_actions"}), "another-secret")

@@ -198,5 +198,5 @@ async def test_removed_workspace_is_disabled_and_the_other_goes_on(
             db.close()
 
     mentions = [s for s in signals if s.kind == "mention"]
-    assert [s.thread_ref.split("/")[0] for s in mentions] == [f"slack:{TEAM_A}"]
+    assert [(s.thread_ref or "").split("/")[0] for s in mentions] == [f"slack:{TEAM_A}"]
     assert not await _eyes(keel, CHANNEL_B, ts_b, timeout=0.5)

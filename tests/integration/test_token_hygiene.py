@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ TOKEN = "tok-SECRET-1234567890"
 async def test_https_token_appears_nowhere_when_a_task_clones(
     db_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    turns = [
+    turns: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "read_file", "args": {"path": "README.md"}}]},
         {"say": "done"},
     ]

@@ -16,6 +16,7 @@ from runtime.store.listen import PgListener
 from runtime.store.records import Lease
 from runtime.worker import Worker
 from tests.factories import make_spec
+from tests.harness import schedule_task
 
 
 async def test_notifier_wakes_waiter_when_task_is_scheduled_in_process(database: Database) -> None:
@@ -48,7 +49,7 @@ async def test_listen_wakes_other_process_notifier_when_postgres_commits(db_url:
         writer_db = Database.from_url(db_url)  # a separate engine: no shared in-process notifier
         waiter = asyncio.create_task(listening.wait(timeout=30))
         await asyncio.sleep(0)
-        await Scheduler(writer_db).schedule(make_spec())
+        await schedule_task(writer_db)
         await asyncio.wait_for(waiter, timeout=10)
         writer_db.close()
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema  # type: ignore[import-untyped, unused-ignore]
+import jsonschema
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import event, inspect

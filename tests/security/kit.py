@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -435,18 +435,6 @@ async def reconcile(tool: Any, args: dict[str, Any], ctx: ToolContext) -> str:
 async def preview(tool: Any, args: dict[str, Any], ctx: ToolContext) -> str:
     async with asyncio.timeout(TOOL_TIMEOUT_S):
         return cast(str, await tool.preview(args, ctx))
-
-
-@dataclass
-class Credentials:
-    """The GitCredentials port: the token for the task's repository, and who asked for it."""
-
-    token: str | None
-    asked: list[tuple[str, str]] = field(default_factory=list)
-
-    async def git_token(self, task_id: str, remote_url: str) -> str | None:
-        self.asked.append((task_id, remote_url))
-        return self.token
 
 
 # -- loopback servers ------------------------------------------------------------------------

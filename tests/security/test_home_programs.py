@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.workspace.egress import Egress
+from runtime.workspace.egress import Egress, EgressMode
 from tests.host import require_bwrap
 from tests.security.kit import make_origin, new_workspace, run
 
@@ -19,12 +19,12 @@ HOST_PROGRAMS = ("date", "mv", "ln", "rm", "bash", "setsid", "git", "python3", "
 
 @pytest.mark.parametrize("egress", ["off", "allowlist"])
 async def test_programs_in_the_home_reach_later_commands_and_never_the_host(
-    tmp_path: Path, egress: str
+    tmp_path: Path, egress: EgressMode
 ) -> None:
     require_bwrap()
     origin = make_origin(tmp_path / "origin.git", {"README.md": "hello\n"})
     workspaces, ws = await new_workspace(tmp_path / "ws", str(origin))
-    sandbox = replace(workspaces.sandbox, egress=Egress(egress, ("pypi.org",)))  # type: ignore[arg-type]
+    sandbox = replace(workspaces.sandbox, egress=Egress(egress, ("pypi.org",)))
     marker = tmp_path / "ran-on-the-host"
     plant = "; ".join(
         f"printf '#!/bin/sh\\ntouch {marker}\\nexit 0\\n' > ~/.local/bin/{name}; "

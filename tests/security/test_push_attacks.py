@@ -26,8 +26,8 @@ import pytest
 
 from runtime.tools.base import Completed
 from runtime.tools.devbox import GitCommit, GitPush, WriteFile
+from tests.ports import Credentials
 from tests.security.kit import (
-    Credentials,
     Evil,
     GitOrigin,
     Host,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,16 +15,13 @@ from runtime.brief.render import FileNote, fit_posts, fit_text, render, shares
 AT = datetime(2026, 12, 5, 10, 30, tzinfo=UTC)
 
 
-def _brief(**overrides: object) -> Gathered:
-    values: dict[str, object] = {
-        "facts": (("Requested by", "Dana"), ("Came from", "Slack, #general")),
-        "request": "can you fix this?",
-        "sections": (
-            Section("Slack thread", posts=(Post("Alice", "checkout is broken", AT),)),
-        ),
-    }
-    values.update(overrides)
-    return Gathered(**values)  # type: ignore[arg-type]
+def _brief(**overrides: Any) -> Gathered:
+    base = Gathered(
+        facts=(("Requested by", "Dana"), ("Came from", "Slack, #general")),
+        request="can you fix this?",
+        sections=(Section("Slack thread", posts=(Post("Alice", "checkout is broken", AT),)),),
+    )
+    return replace(base, **overrides)
 
 
 def test_layout_is_labelled_and_stable_when_everything_fits() -> None:

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.tools.devbox.command import mask, refusal_line
+from runtime.tools.devbox.command import refusal_line
 from runtime.workspace import egress_bridge
+from runtime.workspace.commands import mask
 from runtime.workspace.egress import (
     PACKAGE_REGISTRIES,
     REFUSED_FILE,
     Egress,
+    EgressMode,
     check_allow_entry,
     read_allowlist,
     read_refused,
@@ -204,8 +206,10 @@ def test_wrap_confines_the_network_and_points_at_the_bridge_when_allowlisted(
 
 
 @pytest.mark.parametrize(("mode", "unshared"), [("off", True), ("on", False)])
-def test_wrap_unshares_the_network_unless_on(tmp_path: Path, mode: str, unshared: bool) -> None:
-    sandbox = Sandbox(mode="bwrap", egress=Egress(mode))  # type: ignore[arg-type]
+def test_wrap_unshares_the_network_unless_on(
+    tmp_path: Path, mode: EgressMode, unshared: bool
+) -> None:
+    sandbox = Sandbox(mode="bwrap", egress=Egress(mode))
     argv = sandbox.wrap(["true"], tmp_path / "ws", "bwrap")
     assert ("--unshare-net" in argv) is unshared
     assert "HTTPS_PROXY" not in argv

@@ -175,8 +175,9 @@ async def test_evicts_old_then_least_recently_used_beyond_the_size(
     cache = EnvCache(root, max_bytes=10**9, max_age_s=100)
     for key in ("a1", "b2", "c3"):
         await cache.store(key, "r", ws, home, [".venv"])
-    size = cache.find("a1").bytes  # type: ignore[union-attr]
-    now = cache.find("c3").last_used  # type: ignore[union-attr]
+    oldest, newest = cache.find("a1"), cache.find("c3")
+    assert oldest is not None and newest is not None
+    size, now = oldest.bytes, newest.last_used
     assert [e.key for e in cache.evict(now + 50)] == []
     cache.max_bytes = size * 2
     assert [e.key for e in cache.evict(now)] == ["a1"]

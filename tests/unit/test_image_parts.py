@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.models.base import ImagePart, ModelRequest, UserText
+from runtime.models.base import AssistantText, ImagePart, ModelRequest, UserText
 from runtime.models.openai import request_body
 from runtime.models.scripted import ScriptedProvider, ScriptMismatch
 
@@ -39,4 +39,5 @@ def test_scripted_turn_fails_when_an_expected_image_is_not_in_the_request() -> N
     with pytest.raises(ScriptMismatch, match="expected image parts"):
         provider.reply(ModelRequest("t1", 0, "", (UserText("x"),)))
 
-    assert seen.items[0].text == "seen"  # type: ignore[union-attr]
+    [answer] = seen.items[:1]
+    assert isinstance(answer, AssistantText) and answer.text == "seen"

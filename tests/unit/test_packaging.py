@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import typer.core
 import yaml
+from starlette.routing import Route
 
 from adapters import cli
 from adapters.config import build_config
@@ -134,7 +135,7 @@ def served_get_routes(tmp_path: Path) -> set[str]:
         patch.chdir(tmp_path)
         app = create_app(config)
     app.state.keel.db.engine.dispose()
-    return {r.path for r in app.routes if "GET" in (getattr(r, "methods", None) or ())}
+    return {r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or ())}
 
 
 @pytest.fixture(scope="module")

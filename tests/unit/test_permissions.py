@@ -7,7 +7,8 @@ from dataclasses import replace
 from routing.permissions import CachedPermissions, Known, needs_permission, with_permission
 from routing.signal import Actor
 from runtime.threads import GitHubIssue
-from tests.unit.test_router_table import github_comment, make_signal
+from tests.factories import make_signal
+from tests.unit.test_router_table import github_comment
 
 
 class Counting:

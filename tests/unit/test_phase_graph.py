@@ -10,14 +10,14 @@ from typing import get_args, get_type_hints
 
 import pytest
 
-from runtime.execution import ON_ERROR, PHASES, phase_named
+from runtime.execution import ON_ERROR, PHASES, Phase, phase_named
 from runtime.executor.phase_table import TABLE, may_follow
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _declared_successors(phase: str) -> frozenset[str]:
-    returned = get_type_hints(TABLE[phase].run)["return"]  # type: ignore[index]
+def _declared_successors(phase: Phase) -> frozenset[str]:
+    returned = get_type_hints(TABLE[phase].run)["return"]
     (targets,) = get_args(returned)
     return frozenset(get_args(targets))
 
@@ -28,8 +28,8 @@ def test_every_phase_has_a_function_and_successors_when_graph_is_loaded() -> Non
 
 
 @pytest.mark.parametrize("phase", sorted(PHASES))
-def test_phase_return_type_names_its_successors_when_read_back(phase: str) -> None:
-    assert _declared_successors(phase) == TABLE[phase].next  # type: ignore[index]
+def test_phase_return_type_names_its_successors_when_read_back(phase: Phase) -> None:
+    assert _declared_successors(phase) == TABLE[phase].next
 
 
 def test_runner_refuses_an_edge_the_graph_lacks_when_asked() -> None:

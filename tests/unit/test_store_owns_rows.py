@@ -65,7 +65,7 @@ def row_writes(source: str) -> list[str]:
     return [
         f"{node.lineno}: {ast.unparse(node)}"
         for node in ast.walk(ast.parse(source))
-        if _writes_a_row(node)
+        if isinstance(node, ast.stmt | ast.expr) and _writes_a_row(node)
     ]
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import Field
 
@@ -32,6 +35,8 @@ from runtime.workspace.paths import (
     resolve_inside,
     write_inside_atomic,
 )
+
+T = TypeVar("T")
 
 READ_LIMIT = 200_000
 LIST_LIMIT = 1000
@@ -61,19 +66,34 @@ class ReadFile(ImmediateTool):
     effect: Effect = "read"
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
-        prepared = prepare(PathArgs, args, ctx)
-        if isinstance(prepared, Completed):
-            return prepared
-        parsed, ws = prepared
-        try:
-            data, size = await asyncio.to_thread(read_inside, ws, parsed.path, READ_LIMIT)
-        except PathRefused as e:
-            return refused(str(e))
-        except (FileNotFoundError, NotADirectoryError):
-            return refused(f"{parsed.path!r} is not a file in the workspace")
-        except OSError as e:
-            return refused(f"cannot read {parsed.path!r}: {e.strerror or e}")
-        return Completed(output=as_text(data, size))
+        read = partial(read_inside, limit=READ_LIMIT)
+        found = await _look(PathArgs, args, ctx, read, kind="file", verb="read")
+        return found if isinstance(found, Completed) else Completed(output=as_text(*found))
+
+
+async def _look(
+    model: type[PathArgs | ListArgs],
+    args: dict[str, Any],
+    ctx: ToolContext,
+    read: Callable[[Path, str], T],
+    *,
+    kind: str,
+    verb: str,
+) -> T | Completed:
+    """Runs ``read`` on the path the model asked for, off the event loop; each way it can
+    fail becomes a refusal the model can act on (read_file and list_files word them alike)."""
+    prepared = prepare(model, args, ctx)
+    if isinstance(prepared, Completed):
+        return prepared
+    parsed, ws = prepared
+    try:
+        return await asyncio.to_thread(read, ws, parsed.path)
+    except PathRefused as e:
+        return refused(str(e))
+    except (FileNotFoundError, NotADirectoryError):
+        return refused(f"{parsed.path!r} is not a {kind} in the workspace")
+    except OSError as e:
+        return refused(f"cannot {verb} {parsed.path!r}: {e.strerror or e}")
 
 
 def as_text(data: bytes, size: int) -> str:
@@ -90,18 +110,10 @@ class ListFiles(ImmediateTool):
     effect: Effect = "read"
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
-        prepared = prepare(ListArgs, args, ctx)
-        if isinstance(prepared, Completed):
-            return prepared
-        parsed, ws = prepared
-        try:
-            entries = await asyncio.to_thread(list_inside, ws, parsed.path, LIST_LIMIT)
-        except PathRefused as e:
-            return refused(str(e))
-        except (FileNotFoundError, NotADirectoryError):
-            return refused(f"{parsed.path!r} is not a folder in the workspace")
-        except OSError as e:
-            return refused(f"cannot list {parsed.path!r}: {e.strerror or e}")
+        listed = partial(list_inside, limit=LIST_LIMIT)
+        entries = await _look(ListArgs, args, ctx, listed, kind="folder", verb="list")
+        if isinstance(entries, Completed):
+            return entries
         listing = "\n".join(entries[:LIST_LIMIT])
         if len(entries) > LIST_LIMIT:
             listing += f"\n[... {len(entries) - LIST_LIMIT} more entries]"

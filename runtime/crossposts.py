@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from runtime.store import outbox
-from runtime.store import tasks as q
+from runtime.store import mailbox, outbox
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task, TaskResult
 from runtime.threads import BadThreadRef, GitHubIssue, SlackThread, ThreadRef, parse_thread
@@ -41,7 +40,7 @@ def enqueue(session: Transaction, task: Task, result: TaskResult, body: str, now
     origin = task.origin_thread_ref
     if origin is None:
         return
-    messages = q.messages_after(session, task.task_id, 0)
+    messages = mailbox.messages_after(session, task.task_id, 0)
     for pull in pull_threads(messages):
         if pull != origin.root:
             outbox.enqueue_post(

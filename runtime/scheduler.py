@@ -15,10 +15,9 @@ from typing import Any
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
 from runtime.notifier import Notifier
-from runtime.store import executions
+from runtime.store import executions, mailbox
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction, UniqueViolation
-from runtime.store.models import TaskRow
 from runtime.store.records import (
     Lease,
     MailboxMessage,
@@ -133,7 +132,7 @@ class Scheduler:
         if parent is not None and spec.child_key is not None:
             existing = q.find_child(session, parent.task_id, spec.child_key)
             if existing is not None:
-                return Scheduled(q.to_task(existing), created=False)
+                return Scheduled(existing, created=False)
         task = q.insert_task(session, new_task_id(), spec, parent, now)
         self._notify_in(session)
         return Scheduled(task, created=True)
@@ -162,7 +161,7 @@ class Scheduler:
         q.lock_task_row(session, parent.root_id)
         existing = q.find_child(session, parent.task_id, spec.child_key)
         if existing is not None:
-            return Scheduled(q.to_task(existing), created=False)
+            return Scheduled(existing, created=False)
         size = q.tree_size(session, parent.root_id, since=_activation_of(session, parent.root_id))
         if size >= max_tree_tasks:
             return TreeFull(size)
@@ -229,10 +228,11 @@ class Scheduler:
 
     def _renew(self, session: Transaction, lease: Lease) -> Lease | None:
         now = self.clock.now()
-        execution = executions.lock_execution(session, lease.task_id)
-        if execution is None or execution.lease_id != lease.lease_id:
+        expires = executions.renew_lease(
+            session, lease.task_id, lease.lease_id, now, self.lease_seconds
+        )
+        if expires is None:
             return None
-        expires = executions.renew_lease(execution, now, self.lease_seconds)
         return Lease(lease.task_id, lease.lease_id, lease.owner, expires)
 
     async def release(self, lease: Lease, *, next_tick_at: datetime | None) -> bool:
@@ -262,9 +262,8 @@ class Scheduler:
             q.add_delivery(session, task_id, "recovery", now, now)
         overdue = q.overdue_tasks(session, now, limit)
         for task in overdue:
-            q.set_status(session, task, TaskStatus.timed_out, now)
-            q.set_result(task, _OVERDUE)
-            self._wake_for_stop(session, task, now)
+            q.settle(session, task.task_id, _OVERDUE, now)
+            self._wake_for_stop(session, task.task_id, now)
         if expired or overdue:
             self._notify_in(session)
         return SweepReport(len(expired), len(overdue))
@@ -301,19 +300,19 @@ class Scheduler:
         task = q.lock_task(session, task_id)
         if task is None:
             return NotFound(task_id)
-        existing = q.find_message(session, task_id, key)
+        existing = mailbox.find_message(session, task_id, key)
         if existing is not None:
-            return Duplicate(q.to_message(existing))
-        if TaskStatus(task.status).is_terminal:
-            return AlreadyTerminal(TaskStatus(task.status))
-        row = q.insert_message(session, task, key, parts, author, now)
+            return Duplicate(existing)
+        if task.status.is_terminal:
+            return AlreadyTerminal(task.status)
+        message = mailbox.append_message(session, task_id, key, parts, author, now)
         if task.status == TaskStatus.waiting:
-            self._wake_waiting(session, task, now)
+            self._wake_waiting(session, task_id, now)
         session.flush()
-        return Appended(q.to_message(row))
+        return Appended(message)
 
     async def read_mailbox(self, task_id: str, after: int = 0) -> list[MailboxMessage]:
-        return await self.db.read(lambda s: q.messages_after(s, task_id, after))
+        return await self.db.read(lambda s: mailbox.messages_after(s, task_id, after))
 
     # -- waiting, cancel and results ------------------------------------------------------
 
@@ -322,18 +321,18 @@ class Scheduler:
         now = self.clock.now()
         task = q.lock_task(session, task_id)
         execution = executions.lock_execution(session, task_id)
-        if task is None or execution is None or TaskStatus(task.status).is_terminal:
+        if task is None or execution is None or task.status.is_terminal:
             return False
         if task.mailbox_seq > execution.mailbox_position or task.cancel_requested_at:
             return False
-        q.set_status(session, task, TaskStatus.waiting, now)
+        q.set_status(session, task_id, TaskStatus.waiting, now)
         return True
 
-    def _wake_waiting(self, session: Transaction, task: TaskRow, now: datetime) -> None:
-        execution = executions.lock_execution(session, task.task_id)
-        q.set_status(session, task, TaskStatus.queued, now)
+    def _wake_waiting(self, session: Transaction, task_id: str, now: datetime) -> None:
+        execution = executions.lock_execution(session, task_id)
+        q.set_status(session, task_id, TaskStatus.queued, now)
         if execution is not None and not executions.lease_is_live(execution, now):
-            q.add_delivery(session, task.task_id, "wake", now, now)
+            q.add_delivery(session, task_id, "wake", now, now)
             self._notify_in(session)
 
     async def request_cancel(self, task_id: str, reason: str, requested_by: str | None) -> bool:
@@ -346,23 +345,23 @@ class Scheduler:
     def cancel_in(self, session: Transaction, task_id: str, reason: str, by: str | None) -> bool:
         task = q.lock_task(session, task_id)
         now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
-        if task is None or TaskStatus(task.status).is_terminal:
+        if task is None or task.status.is_terminal:
             return False
-        q.record_cancel(task, now, reason, by)
-        self._wake_for_stop(session, task, now)
+        q.record_cancel(session, task_id, now, reason, by)
+        self._wake_for_stop(session, task_id, now)
         for child in q.active_descendants(session, task):
-            self._wake_for_stop(session, child, now)
+            self._wake_for_stop(session, child.task_id, now)
         self._notify_in(session)
         return True
 
-    def _wake_for_stop(self, session: Transaction, task: TaskRow, now: datetime) -> None:
+    def _wake_for_stop(self, session: Transaction, task_id: str, now: datetime) -> None:
         """Give an idle task a tick, ahead of the queue, so it observes the stop promptly."""
-        execution = executions.lock_execution(session, task.task_id)
+        execution = executions.lock_execution(session, task_id)
         if execution is None or execution.phase == "done":
             return
         if executions.lease_is_live(execution, now):
             return
-        q.add_delivery(session, task.task_id, "stop", now - _PRIORITY, now)
+        q.add_delivery(session, task_id, "stop", now - _PRIORITY, now)
 
     async def stop_requested(self, task_id: str) -> bool:
         """True if the task or any ancestor has a stop recorded or is already terminal."""
@@ -386,15 +385,14 @@ class Scheduler:
         task = q.lock_task(session, task_id)
         if task is None:
             return Missing(task_id)
-        if TaskStatus(task.status).is_terminal:
-            return AlreadyTerminal(TaskStatus(task.status))
-        q.set_status(session, task, result.status, now)
-        q.set_result(task, result)
+        if task.status.is_terminal:
+            return AlreadyTerminal(task.status)
+        settled = q.settle(session, task_id, result, now)
         if task.parent_id:
             parent = q.lock_task(session, task.parent_id)
             if parent is not None and parent.status == TaskStatus.waiting:
-                self._wake_waiting(session, parent, now)
-        return Accepted(q.to_task(task))
+                self._wake_waiting(session, parent.task_id, now)
+        return Accepted(settled)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -402,8 +400,7 @@ class Scheduler:
         return await self.db.read(lambda s: self.get_in(s, task_id))
 
     def get_in(self, session: Transaction, task_id: str) -> Task | None:
-        row = q.get_task(session, task_id)
-        return q.to_task(row) if row else None
+        return q.get_task(session, task_id)
 
     def wake(self) -> None:
         """After a commit that made work runnable: wake this process's workers and outbox."""
@@ -413,8 +410,7 @@ class Scheduler:
         return await self.db.read(lambda s: q.status_history(s, task_id))
 
     async def active_for_objective(self, objective_key: str) -> list[Task]:
-        rows = await self.db.read(lambda s: q.active_by_objective(s, objective_key))
-        return [q.to_task(r) for r in rows]
+        return await self.db.read(lambda s: q.active_by_objective(s, objective_key))
 
     # -- notifications --------------------------------------------------------------------
 

@@ -105,6 +105,15 @@ class MailboxMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class StopRequest:
+    """The first stop asked of a task: when, why in the asker's words, and by whom."""
+
+    at: datetime
+    reason: str | None
+    requested_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class StatusChange:
     status: TaskStatus
     at: datetime

@@ -1,4 +1,4 @@
-"""Task lifecycle SQL: tasks, status changes, deliveries and the mailbox.
+"""Task lifecycle SQL: tasks, status changes and deliveries (the mailbox is ``mailbox.py``).
 
 Every function takes an open Session inside a transaction; the scheduler composes them.
 Row locks (``FOR UPDATE``) are no-ops on SQLite, where ``BEGIN IMMEDIATE`` already
@@ -16,11 +16,10 @@ from sqlalchemy import Integer, Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from runtime.errors import StaleWrite
-from runtime.ids import MessageId, TaskId, new_message_id, new_token
+from runtime.ids import TaskId, new_token
 from runtime.store import executions
 from runtime.store.models import (
     DeliveryRow,
-    MailboxMessageRow,
     TaskRow,
     TaskStatusChangeRow,
     UtcDateTime,
@@ -28,8 +27,8 @@ from runtime.store.models import (
 from runtime.store.prepared import Prepared
 from runtime.store.records import (
     TERMINAL,
-    MailboxMessage,
     StatusChange,
+    StopRequest,
     Task,
     TaskResult,
     TaskSpec,
@@ -62,18 +61,6 @@ def to_task(row: TaskRow) -> Task:
         created_at=row.created_at,
         status_changed_at=row.status_changed_at,
         finished_at=row.finished_at,
-    )
-
-
-def to_message(row: MailboxMessageRow) -> MailboxMessage:
-    return MailboxMessage(
-        message_id=MessageId(row.message_id),
-        task_id=TaskId(row.task_id),
-        seq=row.seq,
-        idempotency_key=row.idempotency_key,
-        parts=tuple(row.parts),
-        author=row.author,
-        created_at=row.created_at,
     )
 
 
@@ -217,10 +204,12 @@ def stop_recorded(session: Session, task: Task) -> bool:
     return False
 
 
-def lock_task(session: Session, task_id: str) -> TaskRow | None:
-    return session.scalars(
+def lock_task(session: Session, task_id: str) -> Task | None:
+    """The task, its row locked for the rest of the transaction."""
+    row = session.scalars(
         select(TaskRow).where(TaskRow.task_id == task_id).with_for_update()
     ).first()
+    return to_task(row) if row is not None else None
 
 
 _LOCK_ROW = Prepared(
@@ -237,13 +226,23 @@ def lock_task_row(session: Session, task_id: str) -> bool:
     return _LOCK_ROW.first(session, {"b_task_id": task_id}) is not None
 
 
-def get_task(session: Session, task_id: str) -> TaskRow | None:
-    return session.get(TaskRow, task_id)
+def get_task(session: Session, task_id: str) -> Task | None:
+    row = session.get(TaskRow, task_id)
+    return to_task(row) if row is not None else None
 
 
-def find_child(session: Session, parent_id: str, child_key: str) -> TaskRow | None:
+def stop_request(session: Session, task_id: str) -> StopRequest | None:
+    """The first stop asked of the task, if one was."""
+    row = session.get(TaskRow, task_id)
+    if row is None or row.cancel_requested_at is None:
+        return None
+    return StopRequest(row.cancel_requested_at, row.cancel_reason, row.cancel_requested_by)
+
+
+def find_child(session: Session, parent_id: str, child_key: str) -> Task | None:
     query = select(TaskRow).where(TaskRow.parent_id == parent_id, TaskRow.child_key == child_key)
-    return session.scalars(query).first()
+    row = session.scalars(query).first()
+    return to_task(row) if row is not None else None
 
 
 def tree_size(session: Session, root_id: str, *, since: datetime | None = None) -> int:
@@ -278,7 +277,7 @@ _INSERT_DELIVERY = Prepared(
 
 
 def insert_task(
-    session: Session, task_id: TaskId, spec: TaskSpec, parent: TaskRow | None, now: datetime
+    session: Session, task_id: TaskId, spec: TaskSpec, parent: Task | None, now: datetime
 ) -> Task:
     """The task, its execution, its first status and its first delivery, as four Core
     inserts (no ORM unit of work: every webhook that starts a task runs this)."""
@@ -286,8 +285,8 @@ def insert_task(
     status = TaskStatus.queued if available_at <= now else TaskStatus.scheduled
     task = Task(
         task_id=task_id,
-        root_id=TaskId(parent.root_id) if parent else task_id,
-        parent_id=TaskId(parent.task_id) if parent else None,
+        root_id=parent.root_id if parent else task_id,
+        parent_id=parent.task_id if parent else None,
         child_key=spec.child_key,
         depth=parent.depth + 1 if parent else 0,
         agent=spec.agent,
@@ -346,24 +345,42 @@ def start_running(session: Session, task_id: str, now: datetime) -> Task | None:
     return _task_of(row)
 
 
-def set_status(session: Session, row: TaskRow, status: TaskStatus, now: datetime) -> None:
-    """The only place a status is written. Terminal states never change."""
+def _row(session: Session, task_id: str) -> TaskRow:
+    """The task's row for a write; the caller locked or read it in this transaction, so the
+    session usually holds it already."""
+    row = session.get(TaskRow, task_id)
+    if row is None:
+        raise LookupError(f"task {task_id} does not exist")
+    return row
+
+
+def set_status(session: Session, task_id: str, status: TaskStatus, now: datetime) -> Task:
+    """The only place a status is written. Terminal states never change. The task as it
+    is now."""
+    row = _row(session, task_id)
     if TaskStatus(row.status).is_terminal or row.status == status.value:
-        return
+        return to_task(row)
     row.status = status.value
     row.status_changed_at = now
     if status.is_terminal:
         row.finished_at = now
     session.add(TaskStatusChangeRow(task_id=row.task_id, status=status.value, at=now))
+    return to_task(row)
 
 
-def set_result(row: TaskRow, result: TaskResult) -> None:
-    """The result stored with a terminal status (``set_status`` writes the status)."""
+def settle(session: Session, task_id: str, result: TaskResult, now: datetime) -> Task:
+    """A terminal status and the result stored with it; the task as it is now."""
+    set_status(session, task_id, result.status, now)
+    row = _row(session, task_id)
     row.result = {"status": result.status.value, "summary": result.summary, **result.detail}
+    return to_task(row)
 
 
-def record_cancel(row: TaskRow, now: datetime, reason: str, requested_by: str | None) -> None:
+def record_cancel(
+    session: Session, task_id: str, now: datetime, reason: str, requested_by: str | None
+) -> None:
     """Record the first stop asked of a task; a later one changes nothing."""
+    row = _row(session, task_id)
     if row.cancel_requested_at is None:
         row.cancel_requested_at = now
         row.cancel_reason = reason
@@ -426,64 +443,25 @@ def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: 
     return [row[0] for row in ready.rows(session, {"b_now": now, "b_limit": limit})]
 
 
-def overdue_tasks(session: Session, now: datetime, limit: int) -> Sequence[TaskRow]:
+def overdue_tasks(session: Session, now: datetime, limit: int) -> list[Task]:
     query = (
         select(TaskRow)
         .where(TaskRow.deadline_at < now, TaskRow.status.not_in(_TERMINAL_NAMES))
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    return session.scalars(query).all()
+    return [to_task(row) for row in session.scalars(query)]
 
 
-def find_message(session: Session, task_id: str, key: str) -> MailboxMessageRow | None:
-    query = select(MailboxMessageRow).where(
-        MailboxMessageRow.task_id == task_id, MailboxMessageRow.idempotency_key == key
-    )
-    return session.scalars(query).first()
-
-
-def insert_message(
-    session: Session,
-    task: TaskRow,
-    key: str,
-    parts: Sequence[dict[str, Any]],
-    author: str | None,
-    now: datetime,
-) -> MailboxMessageRow:
-    task.mailbox_seq += 1
-    row = MailboxMessageRow(
-        message_id=new_message_id(),
-        task_id=task.task_id,
-        seq=task.mailbox_seq,
-        idempotency_key=key,
-        parts=list(parts),
-        author=author,
-        created_at=now,
-    )
-    session.add(row)
-    return row
-
-
-def messages_after(session: Session, task_id: str, after: int) -> list[MailboxMessage]:
-    query = (
-        select(MailboxMessageRow)
-        .where(MailboxMessageRow.task_id == task_id, MailboxMessageRow.seq > after)
-        .order_by(MailboxMessageRow.seq)
-    )
-    return [to_message(r) for r in session.scalars(query)]
-
-
-def active_descendants(session: Session, task: TaskRow) -> list[TaskRow]:
+def active_descendants(session: Session, task: Task) -> list[Task]:
     """Non-terminal tasks below ``task`` in its tree (one indexed query on root_id)."""
     query = select(TaskRow).where(
         TaskRow.root_id == task.root_id, TaskRow.status.not_in(_TERMINAL_NAMES)
     )
-    rows = list(session.scalars(query))
-    by_parent: dict[str, list[TaskRow]] = {}
-    for r in rows:
-        by_parent.setdefault(r.parent_id or "", []).append(r)
-    found: list[TaskRow] = []
+    by_parent: dict[str, list[Task]] = {}
+    for row in session.scalars(query):
+        by_parent.setdefault(row.parent_id or "", []).append(to_task(row))
+    found: list[Task] = []
     frontier = [task.task_id]
     while frontier:
         children = [c for p in frontier for c in by_parent.get(p, [])]
@@ -492,21 +470,21 @@ def active_descendants(session: Session, task: TaskRow) -> list[TaskRow]:
     return found
 
 
-def active_by_objective(session: Session, objective_key: str) -> Sequence[TaskRow]:
+def active_by_objective(session: Session, objective_key: str) -> list[Task]:
     query = (
         select(TaskRow)
         .where(TaskRow.objective_key == objective_key, TaskRow.status.not_in(_TERMINAL_NAMES))
         .order_by(TaskRow.created_at.desc())
     )
-    return session.scalars(query).all()
+    return [to_task(row) for row in session.scalars(query)]
 
 
-def latest_by_objective(session: Session, objective_key: str) -> TaskRow | None:
+def latest_by_objective(session: Session, objective_key: str) -> Task | None:
     query = (
         select(TaskRow)
         .where(TaskRow.objective_key == objective_key, TaskRow.parent_id.is_(None))
         .order_by(TaskRow.created_at.desc())
         .limit(1)
     )
-    return session.scalars(query).first()
-
+    row = session.scalars(query).first()
+    return to_task(row) if row is not None else None

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from runtime.evidence import Strength
 from runtime.execution import RunState
-from runtime.store import ledger, outbox, tool_calls, transcripts
+from runtime.store import ledger, mailbox, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
 from runtime.store.records import StatusChange, Task, TaskStatus
@@ -166,19 +166,19 @@ def _older_than(anchor: TaskRow) -> Any:
 
 
 def task_detail(session: Session, task_id: str) -> TaskDetail | None:
-    row = q.get_task(session, task_id)
-    if row is None:
+    task = q.get_task(session, task_id)
+    if task is None:
         return None
     entries = tuple(transcripts.transcript(session, task_id))
     return TaskDetail(
-        task=q.to_task(row),
-        tree=_tree(session, row.root_id),
+        task=task,
+        tree=_tree(session, task.root_id),
         timeline=tuple(q.status_history(session, task_id)),
         execution=_execution(session, task_id),
         transcript=entries,
         tool_calls=tuple(_call_view(c) for c in tool_calls.all_calls(session, task_id)),
         mailbox=_mailbox(session, task_id, entries),
-        evidence=tuple(_evidence_view(e) for e in ledger.evidence_of_tree(session, row.root_id)),
+        evidence=tuple(_evidence_view(e) for e in ledger.evidence_of_tree(session, task.root_id)),
         outbox=tuple(_outbox_view(p) for p in outbox.posts_of_task(session, task_id)),
         signals=_signals(session, task_id),
     )
@@ -256,7 +256,7 @@ def _mailbox(
             delivered_at=m.created_at,
             incorporated_at=written.get(f"mbx:{m.message_id}"),  # executor's mailbox item key
         )
-        for m in q.messages_after(session, task_id, 0)
+        for m in mailbox.messages_after(session, task_id, 0)
     )
 
 

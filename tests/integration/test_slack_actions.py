@@ -120,6 +120,7 @@ async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_ou
         assert await live.send_click(first) == 200  # Slack delivering the first one again
 
         ended = await until_ended(db, task.task_id)
+        stop = await db.read(lambda s: q.stop_request(s, task.task_id))
 
         async def outcome_shown() -> bool:
             shown = _progress(live, root_ts)
@@ -134,7 +135,8 @@ async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_ou
         replies = [m.text for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id]
         counts = await live.counts()
     db.close()
-    assert ended.status == TaskStatus.canceled and ended.cancel_requested_by == PERSON
+    assert ended.status == TaskStatus.canceled
+    assert stop is not None and stop.requested_by == PERSON
     assert len([text for text in replies if "Stopped" in text]) == 1
     assert counts["signals"] == 3  # mention and two clicks; the redelivered click is known
     # A click after the stop took effect is told so, to the clicker alone; nothing else.

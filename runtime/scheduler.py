@@ -15,7 +15,7 @@ from typing import Any
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
 from runtime.notifier import Notifier
-from runtime.store import executions, mailbox
+from runtime.store import deliveries, executions, mailbox
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.records import (
@@ -174,7 +174,7 @@ class Scheduler:
 
     def _claim(self, session: Transaction, token: str, worker: str) -> Claimed | NoMatch:
         now = self.clock.now()
-        task_id = q.consume_delivery(session, token, worker, now)
+        task_id = deliveries.consume_delivery(session, token, worker, now)
         if task_id is None:
             return NoMatch("no matching pending delivery")
         if not q.lock_task_row(session, task_id):  # the task before its execution
@@ -195,7 +195,7 @@ class Scheduler:
         """
         if not self.db.is_postgres:
             now = self.clock.now()
-            ready = await self.db.read(lambda s: q.next_ready_tokens(s, now, 1, False))
+            ready = await self.db.read(lambda s: deliveries.next_ready_tokens(s, now, 1, False))
             if not ready:
                 return NoMatch("nothing ready")
         # Unflushed (``Database.run``): a claim lost in a crash of the database server
@@ -214,7 +214,7 @@ class Scheduler:
         """
         now = self.clock.now()
         for _ in range(scan):
-            tokens = q.next_ready_tokens(session, now, 1, skip_locked=self.db.is_postgres)
+            tokens = deliveries.next_ready_tokens(session, now, 1, skip_locked=self.db.is_postgres)
             if not tokens:
                 break
             outcome = self._claim(session, tokens[0], worker)
@@ -244,7 +244,7 @@ class Scheduler:
         if not executions.give_back_lease(session, lease.task_id, lease.lease_id):
             return False
         if next_tick_at is not None:
-            q.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
+            deliveries.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
             self._notify_in(session)
         return True
 
@@ -259,7 +259,7 @@ class Scheduler:
         now = self.clock.now()
         expired = executions.take_back_expired(session, now, limit)
         for task_id in expired:
-            q.add_delivery(session, task_id, "recovery", now, now)
+            deliveries.add_delivery(session, task_id, "recovery", now, now)
         overdue = q.overdue_tasks(session, now, limit)
         for task in overdue:
             q.settle(session, task.task_id, _OVERDUE, now)
@@ -332,7 +332,7 @@ class Scheduler:
         execution = executions.lock_execution(session, task_id)
         q.set_status(session, task_id, TaskStatus.queued, now)
         if execution is not None and not executions.lease_is_live(execution, now):
-            q.add_delivery(session, task_id, "wake", now, now)
+            deliveries.add_delivery(session, task_id, "wake", now, now)
             self._notify_in(session)
 
     async def request_cancel(self, task_id: str, reason: str, requested_by: str | None) -> bool:
@@ -361,7 +361,7 @@ class Scheduler:
             return
         if executions.lease_is_live(execution, now):
             return
-        q.add_delivery(session, task_id, "stop", now - _PRIORITY, now)
+        deliveries.add_delivery(session, task_id, "stop", now - _PRIORITY, now)
 
     async def stop_requested(self, task_id: str) -> bool:
         """True if the task or any ancestor has a stop recorded or is already terminal."""

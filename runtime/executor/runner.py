@@ -19,7 +19,7 @@ from runtime.errors import StaleWrite
 from runtime.execution import Failure, Phase, may_follow
 from runtime.executor import approval, budget, dispatch, phases
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.store import executions, tool_calls, transcripts
+from runtime.store import executions, task_changes, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
@@ -143,7 +143,9 @@ class Runner:
             transition.phase, transition.turn, transition.mailbox_position, transition.state, now
         )
         if after == "continue":
-            task = q.advance_and_refresh(session, run, lease.lease_id, held.task, advance)
+            task = task_changes.advance_and_refresh(
+                session, run, lease.lease_id, held.task, advance
+            )
             return "continue", _with_reads(session, _advanced(run, transition), held, task)
         executions.commit_transition(session, run, lease.lease_id, advance)
         scheduler = self.ctx.scheduler

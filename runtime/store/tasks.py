@@ -8,21 +8,17 @@ serialises writers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Integer, Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from runtime.errors import StaleWrite
-from runtime.ids import TaskId, new_token
-from runtime.store import executions
+from runtime.ids import TaskId
+from runtime.store import deliveries, executions
 from runtime.store.models import (
-    DeliveryRow,
     TaskRow,
     TaskStatusChangeRow,
-    UtcDateTime,
 )
 from runtime.store.prepared import Prepared
 from runtime.store.records import (
@@ -139,61 +135,6 @@ def newest_roots(session: Session, objective_key: str) -> tuple[Task | None, Tas
     return (_task_of(live) if live is not None else None), newest
 
 
-# What others may change on a task while a worker holds its lease.
-_CHANGES = (
-    _TASKS.c.status,
-    _TASKS.c.result,
-    _TASKS.c.mailbox_seq,
-    _TASKS.c.cancel_requested_at,
-    _TASKS.c.status_changed_at,
-    _TASKS.c.finished_at,
-)
-_TASK_CHANGES = Prepared(select(*_CHANGES).where(_TASKS.c.id == bindparam("b_task_id")))
-# The transition's fenced UPDATE, answering with the task's changes (PostgreSQL; SQLite's
-# RETURNING cannot name another table).
-_ADVANCE_READING_CHANGES = Prepared(
-    executions.ADVANCE.where(executions.ADVANCE.table.c.task_id == _TASKS.c.id).returning(*_CHANGES)
-)
-
-
-def refresh_task(session: Session, task: Task) -> Task | None:
-    """``task`` with what others may have changed since it was read: status, result, mailbox
-    sequence and stop. None if the task is gone."""
-    session.flush()
-    row = _TASK_CHANGES.first(session, {"b_task_id": task.task_id})
-    return None if row is None else _changed(task, row)
-
-
-def advance_and_refresh(
-    session: Session, run: executions.Run, lease_id: str, task: Task, advance: executions.Advance
-) -> Task | None:
-    """``executions.commit_transition`` then ``refresh_task``: for a lease holder that ticks
-    on. On PostgreSQL, when no ORM change waits to be flushed first, one statement does both
-    (a round trip and a statement's CPU less per phase). Raises ``StaleWrite`` as the
-    transition does."""
-    pending = session.new or session.dirty or session.deleted
-    if pending or session.get_bind().dialect.name != "postgresql":
-        executions.commit_transition(session, run, lease_id, advance)
-        return refresh_task(session, task)
-    params = executions.transition_parameters(run, lease_id, advance)
-    row = _ADVANCE_READING_CHANGES.first(session, params)
-    if row is None:  # the fence held (a task's execution goes only with its task)
-        raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
-    return _changed(task, row)
-
-
-def _changed(task: Task, row: Sequence[Any]) -> Task:
-    return replace(
-        task,
-        status=TaskStatus(row[0]),
-        result=row[1],
-        mailbox_seq=row[2],
-        cancel_requested_at=row[3],
-        status_changed_at=row[4],
-        finished_at=row[5],
-    )
-
-
 def stop_recorded(session: Session, task: Task) -> bool:
     """A stop is recorded on the task or an ancestor, or one of them is already terminal."""
     current: Task | None = task
@@ -268,14 +209,6 @@ _INSERT_STATUS_CHANGE = Prepared(
         task_id=bindparam("b_task_id"), status=bindparam("b_status"), at=bindparam("b_now")
     )
 )
-_INSERT_DELIVERY = Prepared(
-    cast(Table, DeliveryRow.__table__).insert().values(
-        task_id=bindparam("b_task_id"), token=bindparam("b_token"), reason=bindparam("b_reason"),
-        available_at=bindparam("b_available_at"), created_at=bindparam("b_now"),
-    )
-)
-
-
 def insert_task(
     session: Session, task_id: TaskId, spec: TaskSpec, parent: Task | None, now: datetime
 ) -> Task:
@@ -314,11 +247,7 @@ def insert_task(
     _INSERT_STATUS_CHANGE.execute(
         session, {"b_task_id": task_id, "b_status": status.value, "b_now": now}
     )
-    _INSERT_DELIVERY.execute(
-        session,
-        {"b_task_id": task_id, "b_token": new_token(), "b_reason": "schedule",
-         "b_available_at": available_at, "b_now": now},
-    )
+    deliveries.add_delivery(session, task_id, "schedule", available_at, now)
     return task
 
 
@@ -394,53 +323,6 @@ def status_history(session: Session, task_id: str) -> list[StatusChange]:
         .order_by(TaskStatusChangeRow.change_id)
     )
     return [StatusChange(TaskStatus(r.status), r.at) for r in rows]
-
-
-def add_delivery(
-    session: Session, task_id: str, reason: str, available_at: datetime, now: datetime
-) -> str:
-    token = new_token()
-    params = {
-        "b_task_id": task_id, "b_token": token, "b_reason": reason,
-        "b_available_at": available_at, "b_now": now,
-    }
-    _INSERT_DELIVERY.execute(session, params)
-    return token
-
-
-_DELIVERIES = cast(Table, DeliveryRow.__table__)
-_CONSUME = Prepared(
-    update(_DELIVERIES)
-    .where(
-        _DELIVERIES.c.token == bindparam("b_token"),
-        _DELIVERIES.c.consumed_at.is_(None),
-        _DELIVERIES.c.available_at <= bindparam("b_now", type_=UtcDateTime),
-    )
-    .values(consumed_at=bindparam("b_now", type_=UtcDateTime), consumed_by=bindparam("b_worker"))
-    .returning(_DELIVERIES.c.task_id)
-)
-_READY = (
-    select(_DELIVERIES.c.token)
-    .where(
-        _DELIVERIES.c.consumed_at.is_(None),
-        _DELIVERIES.c.available_at <= bindparam("b_now", type_=UtcDateTime),
-    )
-    .order_by(_DELIVERIES.c.available_at, _DELIVERIES.c.id)
-    .limit(bindparam("b_limit", type_=Integer))
-)
-_NEXT_READY = Prepared(_READY)
-_NEXT_READY_SKIPPING_LOCKED = Prepared(_READY.with_for_update(skip_locked=True))
-
-
-def consume_delivery(session: Session, token: str, worker: str, now: datetime) -> str | None:
-    """Atomically consume an available, unconsumed delivery; the task id if this call won."""
-    row = _CONSUME.first(session, {"b_token": token, "b_now": now, "b_worker": worker})
-    return None if row is None else str(row[0])
-
-
-def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: bool) -> list[str]:
-    ready = _NEXT_READY_SKIPPING_LOCKED if skip_locked else _NEXT_READY
-    return [row[0] for row in ready.rows(session, {"b_now": now, "b_limit": limit})]
 
 
 def overdue_tasks(session: Session, now: datetime, limit: int) -> list[Task]:

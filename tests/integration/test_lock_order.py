@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from runtime.errors import Retryable
 from runtime.scheduler import Claimed, NoMatch, Scheduler
-from runtime.store import tasks as q
+from runtime.store import deliveries
 from runtime.store.engine import Database, Transaction
 from tests.factories import make_spec
 
@@ -50,7 +50,7 @@ async def test_a_claim_waits_for_an_append_holding_the_task_instead_of_deadlocki
     scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
     now = datetime.now(UTC)
-    [token] = database.run_sync(lambda s: q.next_ready_tokens(s, now, 1, False))
+    [token] = database.run_sync(lambda s: deliveries.next_ready_tokens(s, now, 1, False))
     started = threading.Event()
 
     def claim(session: Transaction) -> Claimed | NoMatch:

@@ -20,7 +20,7 @@ from runtime.scheduler import (
     NotFound,
     Scheduler,
 )
-from runtime.store import tasks as q
+from runtime.store import deliveries
 from runtime.store.engine import Database
 from runtime.store.models import DeliveryRow, MailboxMessageRow
 from runtime.store.records import TaskResult, TaskStatus
@@ -83,7 +83,9 @@ async def test_a_live_lease_refuses_another_claim_and_an_expired_one_is_taken_ov
     assert isinstance(first, Claimed)
     def delivery() -> str:
         now = clock.now()
-        return database.run_sync(lambda s: q.add_delivery(s, task.task_id, "wake", now, now))
+        return database.run_sync(
+            lambda s: deliveries.add_delivery(s, task.task_id, "wake", now, now)
+        )
 
     refused = await scheduler.claim(delivery(), "w2")
     assert refused == NoMatch("another worker holds the lease")

@@ -22,7 +22,7 @@ from adapters.spend import spend_text, with_spend
 from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
 from runtime.evidence import EvidenceItem, EvidenceKind, Strength
 from runtime.reporting import describe_evidence, is_daemon
-from runtime.store import views
+from runtime.store import tool_calls, views
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
 
@@ -54,7 +54,7 @@ class ToolRow:
     """A tool call and its result: one row."""
 
     row_type: Literal["tool"]
-    call: views.ToolCallView
+    call: tool_calls.ToolCallRecord
     args_summary: str
     output_summary: str
     at: datetime

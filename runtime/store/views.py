@@ -45,26 +45,6 @@ class ExecutionView:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCallView:
-    call_id: str
-    turn: int
-    idx: int
-    name: str
-    args: dict[str, Any]
-    effect: str
-    dispatch_state: str
-    handle: str | None
-    outcome: str | None
-    output: str | None
-    is_error: bool
-    dispatched_at: datetime | None
-    settled_at: datetime | None
-    duration_s: float | None
-    late_reports: int
-    interrupted: bool
-
-
-@dataclass(frozen=True, slots=True)
 class MailboxView:
     message_id: str
     seq: int
@@ -119,7 +99,7 @@ class TaskDetail:
     timeline: tuple[StatusChange, ...]
     execution: ExecutionView | None
     transcript: tuple[transcripts.TranscriptEntry, ...]
-    tool_calls: tuple[ToolCallView, ...]
+    tool_calls: tuple[tool_calls.ToolCallRecord, ...]
     mailbox: tuple[MailboxView, ...]
     evidence: tuple[EvidenceView, ...]
     outbox: tuple[OutboxView, ...]
@@ -176,7 +156,7 @@ def task_detail(session: Session, task_id: str) -> TaskDetail | None:
         timeline=tuple(q.status_history(session, task_id)),
         execution=_execution(session, task_id),
         transcript=entries,
-        tool_calls=tuple(_call_view(c) for c in tool_calls.all_calls(session, task_id)),
+        tool_calls=tuple(tool_calls.all_calls(session, task_id)),
         mailbox=_mailbox(session, task_id, entries),
         evidence=tuple(_evidence_view(e) for e in ledger.evidence_of_tree(session, task.root_id)),
         outbox=tuple(_outbox_view(p) for p in outbox.posts_of_task(session, task_id)),
@@ -214,32 +194,6 @@ def _execution(session: Session, task_id: str) -> ExecutionView | None:
         row.version,
         row.updated_at,
         error.message if error is not None else None,
-    )
-
-
-def _call_view(call: tool_calls.ToolCallRecord) -> ToolCallView:
-    result = call.result or {}
-    output = result.get("output")
-    duration = None
-    if call.dispatched_at is not None and call.settled_at is not None:
-        duration = (call.settled_at - call.dispatched_at).total_seconds()
-    return ToolCallView(
-        call_id=call.call_id,
-        turn=call.turn,
-        idx=call.idx,
-        name=call.name,
-        args=dict(call.args),
-        effect=call.effect,
-        dispatch_state=call.dispatch_state,
-        handle=call.handle,
-        outcome=call.outcome,
-        output=None if output is None else str(output),
-        is_error=bool(result.get("is_error")),
-        dispatched_at=call.dispatched_at,
-        settled_at=call.settled_at,
-        duration_s=duration,
-        late_reports=call.late_reports,
-        interrupted=call.outcome == "interrupted",
     )
 
 

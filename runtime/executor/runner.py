@@ -152,13 +152,13 @@ class Runner:
         match after:
             case "delay":
                 at = now + timedelta(seconds=transition.delay_s)
-                scheduler.release_in(session, lease, at)
+                scheduler.leases.release(session, lease, at)
             case "wait":
                 # Refused when input arrived meanwhile: then tick again at once.
                 parked = scheduler.enter_waiting_in(session, run.task_id)
-                scheduler.release_in(session, lease, transition.wake_at if parked else now)
+                scheduler.leases.release(session, lease, transition.wake_at if parked else now)
             case "done":
-                scheduler.release_in(session, lease, None)
+                scheduler.leases.release(session, lease, None)
         return "released", None
 
 

@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import text
 
 from runtime.errors import Retryable
-from runtime.scheduler import Claimed, NoMatch, Scheduler
+from runtime.leases import Claimed, NoMatch
+from runtime.scheduler import Scheduler
 from runtime.store import deliveries
 from runtime.store.engine import Database, Transaction
 from tests.factories import make_spec
@@ -55,7 +56,7 @@ async def test_a_claim_waits_for_an_append_holding_the_task_instead_of_deadlocki
 
     def claim(session: Transaction) -> Claimed | NoMatch:
         started.set()
-        return scheduler._claim(session, token, "worker-1")
+        return scheduler.leases._claim(session, token, "worker-1")
 
     with ThreadPoolExecutor(1) as pool:
         outcome = _as_an_append_would(

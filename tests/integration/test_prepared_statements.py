@@ -133,7 +133,7 @@ async def test_transition_commits_once_and_a_stale_version_changes_nothing(
 ) -> None:
     scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim_next("w")
+    claimed = await scheduler.leases.claim_next("w")
     lease = claimed.lease  # type: ignore[union-attr]
     run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert run is not None
@@ -217,7 +217,7 @@ async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
     nothing."""
     scheduler = Scheduler(database)
     task = (await scheduler.schedule(make_spec())).task
-    lease = (await scheduler.claim_next("w")).lease  # type: ignore[union-attr]
+    lease = (await scheduler.leases.claim_next("w")).lease  # type: ignore[union-attr]
     run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert run is not None
     await scheduler.request_cancel(task.task_id, "stop", "someone")

@@ -22,8 +22,8 @@ def pull_threads(messages: Sequence[MailboxMessage]) -> list[GitHubIssue]:
     """The pull request conversations the follow-ups came from, in order, once each."""
     found: list[GitHubIssue] = []
     for message in messages:
-        sender = next((p for p in message.parts if p.get("type") == "sender"), {})
-        where = _thread(sender.get("message"))
+        sender = message.sender
+        where = _thread(sender.message if sender else None)
         if isinstance(where, GitHubIssue) and where.root not in found:
             found.append(where.root)
     return found

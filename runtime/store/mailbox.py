@@ -7,7 +7,7 @@ number, so two appends to one task order on that row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from runtime.ids import MessageId, TaskId, new_message_id
 from runtime.store.models import MailboxMessageRow, TaskRow
-from runtime.store.records import MailboxMessage
+from runtime.store.records import MailboxMessage, MailboxPart, SenderPart, TextPart
 
 
 def _to_message(row: MailboxMessageRow) -> MailboxMessage:
@@ -25,10 +25,27 @@ def _to_message(row: MailboxMessageRow) -> MailboxMessage:
         task_id=TaskId(row.task_id),
         seq=row.seq,
         idempotency_key=row.idempotency_key,
-        parts=tuple(row.parts),
+        parts=tuple(part for stored in row.parts if (part := _part_of(stored)) is not None),
         author=row.author,
         created_at=row.created_at,
     )
+
+
+def _part_of(stored: Mapping[str, Any]) -> MailboxPart | None:
+    """A stored part as a value; None for a kind no reader knows (none is written)."""
+    match stored.get("type"):
+        case "text":
+            return TextPart(str(stored.get("text", "")))
+        case "sender":
+            return SenderPart(
+                _text(stored.get("provider")), _text(stored.get("id")), _text(stored.get("name")),
+                _text(stored.get("url")), _text(stored.get("message")),
+            )
+    return None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def find_message(session: Session, task_id: str, key: str) -> MailboxMessage | None:

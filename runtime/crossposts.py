@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from runtime.store import outbox
-from runtime.store import tasks as q
+from runtime.store import mailbox, outbox
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task, TaskResult
 from runtime.threads import BadThreadRef, GitHubIssue, SlackThread, ThreadRef, parse_thread
@@ -23,8 +22,8 @@ def pull_threads(messages: Sequence[MailboxMessage]) -> list[GitHubIssue]:
     """The pull request conversations the follow-ups came from, in order, once each."""
     found: list[GitHubIssue] = []
     for message in messages:
-        sender = next((p for p in message.parts if p.get("type") == "sender"), {})
-        where = _thread(sender.get("message"))
+        sender = message.sender
+        where = _thread(sender.message if sender else None)
         if isinstance(where, GitHubIssue) and where.root not in found:
             found.append(where.root)
     return found
@@ -41,7 +40,7 @@ def enqueue(session: Transaction, task: Task, result: TaskResult, body: str, now
     origin = task.origin_thread_ref
     if origin is None:
         return
-    messages = q.messages_after(session, task.task_id, 0)
+    messages = mailbox.messages_after(session, task.task_id, 0)
     for pull in pull_threads(messages):
         if pull != origin.root:
             outbox.enqueue_post(

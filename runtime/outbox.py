@@ -104,9 +104,7 @@ class OutboxDispatcher:
             # Its tries are counted when one fails.
             if post.action != "react":
                 await self.db.run(
-                    lambda s: outbox.mark(
-                        s, post.outbox_id, state="sending", attempts=post.attempts + 1
-                    )
+                    lambda s: outbox.mark_sending(s, post.outbox_id, post.attempts + 1)
                 )
             message = await self._deliver(surface, post, thread, recovering)
         except Retryable as e:
@@ -184,11 +182,9 @@ class OutboxDispatcher:
         )
         # Keep "sending" so the next attempt reconciles before posting again; a reaction,
         # never marked, counts this try here.
-        counted = {"attempts": post.attempts + 1} if post.action == "react" else {}
+        counted = post.attempts + 1 if post.action == "react" else None
         await self.db.run(
-            lambda s: outbox.mark(
-                s, post.outbox_id, next_attempt_at=at, last_error=str(error), **counted
-            )
+            lambda s: outbox.mark_retry(s, post.outbox_id, at, str(error), attempts=counted)
         )
 
     async def _to_fallback(self, post: OutboxPost, thread: ThreadRef, error: Permanent) -> int:
@@ -227,7 +223,7 @@ class OutboxDispatcher:
             "outbox post %s undelivered: %s", post.key, reason, extra={"task_id": post.task_id}
         )
         await self.db.run(
-            lambda s: outbox.mark(s, post.outbox_id, state="undelivered", last_error=reason)
+            lambda s: outbox.mark_undelivered(s, post.outbox_id, reason)
         )
 
 

@@ -1,8 +1,8 @@
 """The scheduler: the single lifecycle authority for Tasks.
 
 Expected outcomes are typed results, not exceptions. Only this module writes task status
-(through ``runtime.store.tasks.set_status``). Claims are decided by the database: a delivery
-token is consumed by exactly one conditional update, on SQLite and on PostgreSQL alike.
+(through ``runtime.store.tasks.set_status``), but for the ``running`` a claim records
+(``runtime.leases``, which holds claims and leases and is reached as ``Scheduler.leases``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from typing import Any
 
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
+from runtime.leases import Leases, notify_in
 from runtime.notifier import Notifier
-from runtime.store import executions
+from runtime.store import deliveries, executions, mailbox
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction, UniqueViolation
-from runtime.store.models import TaskRow
 from runtime.store.records import (
-    Lease,
     MailboxMessage,
     StatusChange,
     Task,
@@ -45,17 +44,6 @@ class TreeFull:
     """A child was refused: its tree already holds ``size`` tasks, the cap."""
 
     size: int
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    task: Task
-    lease: Lease
-
-
-@dataclass(frozen=True, slots=True)
-class NoMatch:
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +99,7 @@ class Scheduler:
         self.clock = clock or SystemClock()
         self.notifier = notifier or Notifier()
         self.lease_seconds = lease_seconds
+        self.leases = Leases(db, self.clock, lease_seconds)
 
     # -- creation -------------------------------------------------------------------------
 
@@ -133,9 +122,9 @@ class Scheduler:
         if parent is not None and spec.child_key is not None:
             existing = q.find_child(session, parent.task_id, spec.child_key)
             if existing is not None:
-                return Scheduled(q.to_task(existing), created=False)
+                return Scheduled(existing, created=False)
         task = q.insert_task(session, new_task_id(), spec, parent, now)
-        self._notify_in(session)
+        notify_in(self.db, session)
         return Scheduled(task, created=True)
 
     async def schedule_child(self, spec: TaskSpec, *, max_tree_tasks: int) -> Scheduled | TreeFull:
@@ -162,91 +151,11 @@ class Scheduler:
         q.lock_task_row(session, parent.root_id)
         existing = q.find_child(session, parent.task_id, spec.child_key)
         if existing is not None:
-            return Scheduled(q.to_task(existing), created=False)
+            return Scheduled(existing, created=False)
         size = q.tree_size(session, parent.root_id, since=_activation_of(session, parent.root_id))
         if size >= max_tree_tasks:
             return TreeFull(size)
         return self.schedule_in(session, spec)
-
-    # -- claims and leases ----------------------------------------------------------------
-
-    async def claim(self, token: str, worker: str) -> Claimed | NoMatch:
-        return await self.db.run(lambda s: self._claim(s, token, worker))
-
-    def _claim(self, session: Transaction, token: str, worker: str) -> Claimed | NoMatch:
-        now = self.clock.now()
-        task_id = q.consume_delivery(session, token, worker, now)
-        if task_id is None:
-            return NoMatch("no matching pending delivery")
-        if not q.lock_task_row(session, task_id):  # the task before its execution
-            return NoMatch("task missing")
-        lease = executions.take_lease(session, task_id, worker, now, self.lease_seconds)
-        if lease is None:
-            return NoMatch(_not_leased(session, task_id))
-        task = q.start_running(session, task_id, now)
-        if task is None:
-            return NoMatch("task missing")
-        return Claimed(task, lease)
-
-    async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
-        """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``).
-
-        On SQLite an idle worker first looks without the write lock, so polling for work
-        does not queue behind (or delay) the writers that are doing some.
-        """
-        if not self.db.is_postgres:
-            now = self.clock.now()
-            ready = await self.db.read(lambda s: q.next_ready_tokens(s, now, 1, False))
-            if not ready:
-                return NoMatch("nothing ready")
-        # Unflushed (``Database.run``): a claim lost in a crash of the database server
-        # leaves the delivery to be claimed again, and the lease it took is gone, so this
-        # worker's next transition finds the run fenced off.
-        return await self.db.run(lambda s: self._claim_next(s, worker, scan), flush=False)
-
-    def _claim_next(self, session: Transaction, worker: str, scan: int) -> Claimed | NoMatch:
-        """Look up ready deliveries one at a time, oldest first, trying at most ``scan``.
-
-        On PostgreSQL each lookup locks only the row it returns (``SKIP LOCKED``): a worker
-        claiming at the same moment takes the next delivery. Locking a batch made a claim
-        that raced for the last few deliveries find all of them locked, so that worker slept
-        a poll interval while work was still ready. A delivery tried and not won (its task
-        gone, or its lease held) is consumed all the same, so the next lookup passes it.
-        """
-        now = self.clock.now()
-        for _ in range(scan):
-            tokens = q.next_ready_tokens(session, now, 1, skip_locked=self.db.is_postgres)
-            if not tokens:
-                break
-            outcome = self._claim(session, tokens[0], worker)
-            if isinstance(outcome, Claimed):
-                return outcome
-        return NoMatch("nothing ready")
-
-    async def renew(self, lease: Lease) -> Lease | None:
-        """Extend a lease still held; None if it was lost (expired and recovered)."""
-        return await self.db.run(lambda s: self._renew(s, lease))
-
-    def _renew(self, session: Transaction, lease: Lease) -> Lease | None:
-        now = self.clock.now()
-        execution = executions.lock_execution(session, lease.task_id)
-        if execution is None or execution.lease_id != lease.lease_id:
-            return None
-        expires = executions.renew_lease(execution, now, self.lease_seconds)
-        return Lease(lease.task_id, lease.lease_id, lease.owner, expires)
-
-    async def release(self, lease: Lease, *, next_tick_at: datetime | None) -> bool:
-        """Give the lease back, optionally scheduling the next tick. False if already lost."""
-        return await self.db.run(lambda s: self.release_in(s, lease, next_tick_at))
-
-    def release_in(self, session: Transaction, lease: Lease, next_tick_at: datetime | None) -> bool:
-        now = self.clock.now()
-        if not executions.give_back_lease(session, lease.task_id, lease.lease_id):
-            return False
-        if next_tick_at is not None:
-            q.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
-            self._notify_in(session)
-        return True
 
     async def sweep(self, *, limit: int = 100) -> SweepReport:
         """Expired leases become one recovery delivery each; overdue tasks become timed_out."""
@@ -259,14 +168,13 @@ class Scheduler:
         now = self.clock.now()
         expired = executions.take_back_expired(session, now, limit)
         for task_id in expired:
-            q.add_delivery(session, task_id, "recovery", now, now)
+            deliveries.add_delivery(session, task_id, "recovery", now, now)
         overdue = q.overdue_tasks(session, now, limit)
         for task in overdue:
-            q.set_status(session, task, TaskStatus.timed_out, now)
-            q.set_result(task, _OVERDUE)
-            self._wake_for_stop(session, task, now)
+            q.settle(session, task.task_id, _OVERDUE, now)
+            self._wake_for_stop(session, task.task_id, now)
         if expired or overdue:
-            self._notify_in(session)
+            notify_in(self.db, session)
         return SweepReport(len(expired), len(overdue))
 
     # -- mailbox --------------------------------------------------------------------------
@@ -301,19 +209,19 @@ class Scheduler:
         task = q.lock_task(session, task_id)
         if task is None:
             return NotFound(task_id)
-        existing = q.find_message(session, task_id, key)
+        existing = mailbox.find_message(session, task_id, key)
         if existing is not None:
-            return Duplicate(q.to_message(existing))
-        if TaskStatus(task.status).is_terminal:
-            return AlreadyTerminal(TaskStatus(task.status))
-        row = q.insert_message(session, task, key, parts, author, now)
+            return Duplicate(existing)
+        if task.status.is_terminal:
+            return AlreadyTerminal(task.status)
+        message = mailbox.append_message(session, task_id, key, parts, author, now)
         if task.status == TaskStatus.waiting:
-            self._wake_waiting(session, task, now)
+            self._wake_waiting(session, task_id, now)
         session.flush()
-        return Appended(q.to_message(row))
+        return Appended(message)
 
     async def read_mailbox(self, task_id: str, after: int = 0) -> list[MailboxMessage]:
-        return await self.db.read(lambda s: q.messages_after(s, task_id, after))
+        return await self.db.read(lambda s: mailbox.messages_after(s, task_id, after))
 
     # -- waiting, cancel and results ------------------------------------------------------
 
@@ -322,19 +230,19 @@ class Scheduler:
         now = self.clock.now()
         task = q.lock_task(session, task_id)
         execution = executions.lock_execution(session, task_id)
-        if task is None or execution is None or TaskStatus(task.status).is_terminal:
+        if task is None or execution is None or task.status.is_terminal:
             return False
         if task.mailbox_seq > execution.mailbox_position or task.cancel_requested_at:
             return False
-        q.set_status(session, task, TaskStatus.waiting, now)
+        q.set_status(session, task_id, TaskStatus.waiting, now)
         return True
 
-    def _wake_waiting(self, session: Transaction, task: TaskRow, now: datetime) -> None:
-        execution = executions.lock_execution(session, task.task_id)
-        q.set_status(session, task, TaskStatus.queued, now)
+    def _wake_waiting(self, session: Transaction, task_id: str, now: datetime) -> None:
+        execution = executions.lock_execution(session, task_id)
+        q.set_status(session, task_id, TaskStatus.queued, now)
         if execution is not None and not executions.lease_is_live(execution, now):
-            q.add_delivery(session, task.task_id, "wake", now, now)
-            self._notify_in(session)
+            deliveries.add_delivery(session, task_id, "wake", now, now)
+            notify_in(self.db, session)
 
     async def request_cancel(self, task_id: str, reason: str, requested_by: str | None) -> bool:
         """Record a stop; False if the task is missing or already terminal."""
@@ -346,31 +254,32 @@ class Scheduler:
     def cancel_in(self, session: Transaction, task_id: str, reason: str, by: str | None) -> bool:
         task = q.lock_task(session, task_id)
         now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
-        if task is None or TaskStatus(task.status).is_terminal:
+        if task is None or task.status.is_terminal:
             return False
-        q.record_cancel(task, now, reason, by)
-        self._wake_for_stop(session, task, now)
+        q.record_cancel(session, task_id, now, reason, by)
+        self._wake_for_stop(session, task_id, now)
         for child in q.active_descendants(session, task):
-            self._wake_for_stop(session, child, now)
-        self._notify_in(session)
+            self._wake_for_stop(session, child.task_id, now)
+        notify_in(self.db, session)
         return True
 
-    def _wake_for_stop(self, session: Transaction, task: TaskRow, now: datetime) -> None:
+    def _wake_for_stop(self, session: Transaction, task_id: str, now: datetime) -> None:
         """Give an idle task a tick, ahead of the queue, so it observes the stop promptly."""
-        execution = executions.lock_execution(session, task.task_id)
+        execution = executions.lock_execution(session, task_id)
         if execution is None or execution.phase == "done":
             return
         if executions.lease_is_live(execution, now):
             return
-        q.add_delivery(session, task.task_id, "stop", now - _PRIORITY, now)
+        deliveries.add_delivery(session, task_id, "stop", now - _PRIORITY, now)
 
     async def stop_requested(self, task_id: str) -> bool:
         """True if the task or any ancestor has a stop recorded or is already terminal."""
-        return await self.db.read(lambda s: self.stop_requested_in(s, task_id))
 
-    def stop_requested_in(self, session: Transaction, task_id: str) -> bool:
-        task = q.read_task(session, task_id)
-        return task is None or q.stop_recorded(session, task)
+        def requested(session: Transaction) -> bool:
+            task = q.read_task(session, task_id)
+            return task is None or q.stop_recorded(session, task)
+
+        return await self.db.read(requested)
 
     async def report_result(self, task_id: str, result: TaskResult) -> ReportOutcome:
         outcome = await self.db.run(lambda s: self.report_result_in(s, task_id, result))
@@ -386,15 +295,14 @@ class Scheduler:
         task = q.lock_task(session, task_id)
         if task is None:
             return Missing(task_id)
-        if TaskStatus(task.status).is_terminal:
-            return AlreadyTerminal(TaskStatus(task.status))
-        q.set_status(session, task, result.status, now)
-        q.set_result(task, result)
+        if task.status.is_terminal:
+            return AlreadyTerminal(task.status)
+        settled = q.settle(session, task_id, result, now)
         if task.parent_id:
             parent = q.lock_task(session, task.parent_id)
             if parent is not None and parent.status == TaskStatus.waiting:
-                self._wake_waiting(session, parent, now)
-        return Accepted(q.to_task(task))
+                self._wake_waiting(session, parent.task_id, now)
+        return Accepted(settled)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -402,8 +310,7 @@ class Scheduler:
         return await self.db.read(lambda s: self.get_in(s, task_id))
 
     def get_in(self, session: Transaction, task_id: str) -> Task | None:
-        row = q.get_task(session, task_id)
-        return q.to_task(row) if row else None
+        return q.get_task(session, task_id)
 
     def wake(self) -> None:
         """After a commit that made work runnable: wake this process's workers and outbox."""
@@ -412,25 +319,6 @@ class Scheduler:
     async def history(self, task_id: str) -> list[StatusChange]:
         return await self.db.read(lambda s: q.status_history(s, task_id))
 
-    async def active_for_objective(self, objective_key: str) -> list[Task]:
-        rows = await self.db.read(lambda s: q.active_by_objective(s, objective_key))
-        return [q.to_task(r) for r in rows]
-
-    # -- notifications --------------------------------------------------------------------
-
-    def _notify_in(self, session: Transaction) -> None:
-        if self.db.is_postgres:
-            session.connection().exec_driver_sql("NOTIFY keel_ready")
-
-
-def _not_leased(session: Transaction, task_id: str) -> str:
-    """Why a claim found no lease to take (read after the fact: this is the rare path)."""
-    execution = executions.lock_execution(session, task_id)
-    if execution is None:
-        return "task missing"
-    if execution.phase == "done":
-        return "execution already done"
-    return "another worker holds the lease"
 
 
 def _activation_of(session: Transaction, root_id: str) -> datetime | None:

@@ -14,7 +14,8 @@ import os
 import socket
 
 from runtime.executor.runner import Runner, TickResult
-from runtime.scheduler import Claimed, Scheduler
+from runtime.leases import Claimed
+from runtime.scheduler import Scheduler
 from runtime.store.records import Lease
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class Worker:
         """Claim work, waiting for a wake-up (or the poll interval) between looks."""
         while not self.stopping.is_set():
             try:
-                claimed = await self.scheduler.claim_next(slot)
+                claimed = await self.scheduler.leases.claim_next(slot)
             except Exception:  # loop boundary: the database may be briefly unavailable
                 log.exception("claim failed; retrying")
                 await asyncio.sleep(self.poll_interval_s)
@@ -92,7 +93,8 @@ class Worker:
             while result.status == "continue" and not self.stopping.is_set():
                 result = await self._tick(lease)
             if result.status == "continue":  # stopping: hand the task on at once
-                await self.scheduler.release(lease, next_tick_at=self.scheduler.clock.now())
+                at = self.scheduler.clock.now()
+                await self.scheduler.db.run(lambda s: self.scheduler.leases.release(s, lease, at))
         finally:
             self.runner.forget(lease)
             renewer.cancel()
@@ -117,7 +119,7 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             with contextlib.suppress(Exception):
-                if await self.scheduler.renew(lease) is None:
+                if await self.scheduler.leases.renew(lease) is None:
                     return
 
     async def _sweep_loop(self) -> None:

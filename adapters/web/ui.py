@@ -23,7 +23,7 @@ from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
 from runtime.daemon_role import DaemonRole
 from runtime.evidence import EvidenceItem, EvidenceKind, Strength
 from runtime.reporting import describe_evidence
-from runtime.store import views
+from runtime.store import tool_calls, views
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
 
@@ -55,7 +55,7 @@ class ToolRow:
     """A tool call and its result: one row."""
 
     row_type: Literal["tool"]
-    call: views.ToolCallView
+    call: tool_calls.ToolCallRecord
     args_summary: str
     output_summary: str
     at: datetime

@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from runtime.execution import ApprovalAsk, RunState
-from runtime.executor import transcript as tx
 from runtime.executor.context import ExecutorContext, Transition, goto
 from runtime.store import outbox, tool_calls
 from runtime.store.engine import Transaction
@@ -180,7 +179,8 @@ def _answered(
     answer: Answer,
 ) -> Next:
     call_id, name, asked = question.call_id, question.name, question.body
-    who = str(tx.sender_part(message).get("name") or message.author or "someone")
+    sender = message.sender
+    who = (sender.name if sender else None) or message.author or "someone"
     state = replace(run.state, approval_ask=None)
     now = ctx.clock.now()
     if answer.verdict == "approve":

@@ -187,15 +187,16 @@ async def senders(ctx: ExecutorContext, messages: Sequence[MailboxMessage]) -> d
 
 
 async def _sender(ctx: ExecutorContext, message: MailboxMessage) -> Sender:
-    part = tx.sender_part(message)
-    url = part.get("url")
-    known = Sender(str(part.get("name") or message.author or "someone"), str(url) if url else None)
+    part = message.sender
+    if part is None:
+        return Sender(message.author or "someone")
+    known = Sender(part.name or message.author or "someone", part.url or None)
     source = ctx.briefing.source
-    if source is None or not part:
+    if source is None:
         return known
     try:
         async with asyncio.timeout(ctx.briefing.settings.request_timeout_s * 2):
-            return await source.sender(part)
+            return await source.sender(part.to_json())
     except Exception:  # boundary: a name lookup never holds up the follow-up itself
         log.warning("could not resolve the sender of message %s", message.message_id)
         return known

@@ -26,7 +26,7 @@ from runtime.store import ledger, links, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
-from runtime.store.records import Task, TaskStatus
+from runtime.store.records import Task
 from runtime.store.tool_calls import ToolCallRecord
 from runtime.tools.base import (
     Cancellable,
@@ -162,8 +162,8 @@ async def _calls_of_turn(run: Run, ctx: ExecutorContext) -> Sequence[ToolCallRec
 
 def _children_running(child_ids: list[str]) -> Any:
     def guard(session: Transaction) -> bool:
-        rows = [q.get_task(session, child_id) for child_id in child_ids]
-        return all(r is not None and not TaskStatus(r.status).is_terminal for r in rows)
+        children = [q.get_task(session, child_id) for child_id in child_ids]
+        return all(c is not None and not c.status.is_terminal for c in children)
 
     return guard
 
@@ -318,15 +318,16 @@ async def _cancel(
 
 def _stop_reason(session: Transaction, task: Task) -> str:
     """Why the task stopped, in words: the first stop (or end) on it or up its ancestry."""
-    row = q.get_task(session, task.task_id)
+    current = q.get_task(session, task.task_id)
     whose = "task"
-    while row is not None:
-        if row.cancel_requested_at is not None:
-            reason = row.cancel_reason or "stopped on request"
+    while current is not None:
+        if current.cancel_requested_at is not None:
+            stop = q.stop_request(session, current.task_id)
+            reason = (stop.reason if stop else None) or "stopped on request"
             return reason if whose == "task" else f"{reason}, on a parent task"
-        if TaskStatus(row.status).is_terminal:
-            return f"the {whose} is {TaskStatus(row.status).value.replace('_', ' ')}"
-        row = q.get_task(session, row.parent_id) if row.parent_id else None
+        if current.status.is_terminal:
+            return f"the {whose} is {current.status.value.replace('_', ' ')}"
+        current = q.get_task(session, current.parent_id) if current.parent_id else None
         whose = "parent task"
     return "the task is gone"
 

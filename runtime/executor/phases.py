@@ -370,10 +370,10 @@ def _finish(
 
 def stored_result(session: Transaction, task: Task, fallback: TaskResult) -> TaskResult:
     """The result the scheduler holds: the first terminal report wins over ours."""
-    row = q.get_task(session, task.task_id)
-    if row is None or row.result is None:
+    current = q.get_task(session, task.task_id)
+    if current is None or current.result is None:
         return fallback
-    stored = dict(row.result)
+    stored = dict(current.result)
     status = TaskStatus(stored.pop("status", fallback.status))
     summary = str(stored.pop("summary", fallback.summary))
     return TaskResult(status, summary, stored)

@@ -19,7 +19,7 @@ from runtime.execution import Failure, Phase
 from runtime.executor import phases
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.phase_table import LAST_RESORT, TABLE, may_follow
-from runtime.store import executions, tool_calls, transcripts
+from runtime.store import executions, task_changes, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
@@ -123,20 +123,22 @@ class Runner:
             transition.phase, transition.turn, transition.mailbox_position, transition.state, now
         )
         if after == "continue":
-            task = q.advance_and_refresh(session, run, lease.lease_id, held.task, advance)
+            task = task_changes.advance_and_refresh(
+                session, run, lease.lease_id, held.task, advance
+            )
             return "continue", _with_reads(session, _advanced(run, transition), held, task)
         executions.commit_transition(session, run, lease.lease_id, advance)
         scheduler = self.ctx.scheduler
         match after:
             case "delay":
                 at = now + timedelta(seconds=transition.delay_s)
-                scheduler.release_in(session, lease, at)
+                scheduler.leases.release(session, lease, at)
             case "wait":
                 # Refused when input arrived meanwhile: then tick again at once.
                 parked = scheduler.enter_waiting_in(session, run.task_id)
-                scheduler.release_in(session, lease, transition.wake_at if parked else now)
+                scheduler.leases.release(session, lease, transition.wake_at if parked else now)
             case "done":
-                scheduler.release_in(session, lease, None)
+                scheduler.leases.release(session, lease, None)
         return "released", None
 
 

@@ -51,11 +51,6 @@ def render_mailbox(template: str, message: MailboxMessage, sender: Sender) -> st
         return message.text
 
 
-def sender_part(message: MailboxMessage) -> dict[str, Any]:
-    """What intake recorded about who wrote ``message`` (empty for older messages)."""
-    return next((dict(p) for p in message.parts if p.get("type") == "sender"), {})
-
-
 def to_conversation(entries: Sequence[TranscriptEntry]) -> tuple[ConversationItem, ...]:
     return tuple(item for e in entries if (item := to_item(e.payload)) is not None)
 

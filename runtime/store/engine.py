@@ -23,8 +23,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.errors import Retryable
+from runtime.store.failures import is_conflict, retryable
 from runtime.store.group_commit import GroupCommitter
+from runtime.store.nul import without_nul
 from runtime.store.threads import Threads
 
 T = TypeVar("T")
@@ -97,37 +98,8 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
         pool_recycle=POOL_RECYCLE_S, echo=echo,
         connect_args={k: v for k, v in PG_CONNECTION_DEFAULTS.items() if k not in parsed.query},
     )
-    event.listen(engine, "connect", _without_nul)
+    event.listen(engine, "connect", without_nul)
     return engine
-
-
-def _without_nul(dbapi_conn: Any, _record: Any) -> None:
-    """PostgreSQL text cannot hold NUL, which a signed webhook or a URL may carry: it becomes
-    U+FFFD instead of an error (a 500 the provider would redeliver forever). Done by the
-    driver's string dumpers, so no statement pays for a pass over its parameters in a cursor
-    listener, and the prepared statements (``runtime.store.prepared``) go straight to the
-    driver."""
-    adapters = getattr(dbapi_conn, "adapters", None)
-    if adapters is None:  # not psycopg 3
-        return
-    binary, text = _nul_free_dumpers()
-    adapters.register_dumper(str, binary)
-    adapters.register_dumper(str, text)  # registered last: it also serves PyFormat.AUTO
-
-
-@functools.cache
-def _nul_free_dumpers() -> tuple[type, type]:
-    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
-
-    class NulFreeBinary(StrBinaryDumper):
-        def dump(self, obj: str) -> Any:
-            return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
-
-    class NulFreeText(StrDumperUnknown):
-        def dump(self, obj: str) -> Any:
-            return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
-
-    return NulFreeBinary, NulFreeText
 
 
 def _sqlite_engine(url: str, *, echo: bool) -> Engine:
@@ -190,7 +162,7 @@ class Database:
                 with session.begin():
                     yield session
             except (OperationalError, DBAPIError) as e:
-                retry = _retryable(e)
+                retry = retryable(e)
                 if retry is None:
                     raise
                 raise retry from e
@@ -234,10 +206,10 @@ class Database:
                 yield session
                 session.flush()
         except (OperationalError, DBAPIError) as e:
-            retry = _retryable(e)
+            retry = retryable(e)
             if retry is None:
                 raise  # rolled back; the connection is still good
-            if not _is_conflict(e):
+            if not is_conflict(e):
                 kept.close()  # it broke: the next transaction opens another
             raise retry from e
 
@@ -391,35 +363,6 @@ class _Kept:
                 connection.close()
 
 
-# PostgreSQL ended the transaction to break a deadlock or a serialization conflict: running
-# it again is the remedy (a webhook answers 503 and is delivered again; a worker claims or
-# ticks again).
-_CONFLICTS = frozenset({"40P01", "40001"})
-_CONFLICT = "the transaction conflicted with another and was rolled back: try again"
-
-
 # A transaction that commits without waiting for the WAL flush (``Database.run``), begun in
 # one simple-protocol round trip.
 _BEGIN_UNFLUSHED = "BEGIN; SET LOCAL synchronous_commit TO off"
-
-
-def _retryable(error: DBAPIError) -> Retryable | None:
-    """What a transaction that failed with ``error`` raises when running it again is the
-    remedy (a conflict, or the database briefly away); None when it would fail the same way."""
-    if _is_conflict(error):
-        return Retryable(_CONFLICT)
-    if _is_transient(error):
-        return Retryable(f"database unavailable: {type(error.orig).__name__}")
-    return None
-
-
-def _is_conflict(error: DBAPIError) -> bool:
-    return getattr(error.orig, "sqlstate", None) in _CONFLICTS
-
-
-def _is_transient(error: DBAPIError) -> bool:
-    if error.connection_invalidated:
-        return True
-    text = str(error.orig).lower()
-    markers = ("database is locked", "connection", "server closed", "could not connect", "timeout")
-    return any(m in text for m in markers)

@@ -194,24 +194,51 @@ def give_back_lease(session: Session, task_id: str, lease_id: str) -> bool:
     return _GIVE_BACK.execute(session, {"b_task_id": task_id, "b_lease_id": lease_id}) == 1
 
 
-def lock_execution(session: Session, task_id: str) -> ExecutionRow | None:
+@dataclass(frozen=True, slots=True)
+class LeaseHold:
+    """What the scheduler reads of an execution it locked: its phase, what it has read of
+    the mailbox, and who holds its lease until when."""
+
+    task_id: str
+    phase: str
+    mailbox_position: int
+    lease_id: str | None
+    lease_expires_at: datetime | None
+
+
+def lock_execution(session: Session, task_id: str) -> LeaseHold | None:
+    row = _locked_row(session, task_id)
+    if row is None:
+        return None
+    return LeaseHold(
+        row.task_id, row.phase, row.mailbox_position, row.lease_id, row.lease_expires_at
+    )
+
+
+def _locked_row(session: Session, task_id: str) -> ExecutionRow | None:
     return session.scalars(
         select(ExecutionRow).where(ExecutionRow.task_id == task_id).with_for_update()
     ).first()
 
 
-def lease_is_live(execution: ExecutionRow, now: datetime) -> bool:
+def lease_is_live(execution: LeaseHold, now: datetime) -> bool:
     expires = execution.lease_expires_at
     return execution.lease_id is not None and expires is not None and expires > now
 
 
-def renew_lease(execution: ExecutionRow, now: datetime, lease_seconds: float) -> datetime:
-    """Extend the lease the execution holds; its new expiry."""
+def renew_lease(
+    session: Session, task_id: str, lease_id: str, now: datetime, lease_seconds: float
+) -> datetime | None:
+    """Extend the lease if ``lease_id`` still holds it (locking the row); its new expiry, or
+    None if the lease was lost."""
+    execution = _locked_row(session, task_id)
+    if execution is None or execution.lease_id != lease_id:
+        return None
     expires = execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
     return expires
 
 
-def clear_lease(execution: ExecutionRow) -> None:
+def _clear_lease(execution: ExecutionRow) -> None:
     execution.lease_id = None
     execution.lease_owner = None
     execution.lease_expires_at = None
@@ -228,7 +255,7 @@ def take_back_expired(session: Session, now: datetime, limit: int) -> list[str]:
     )
     expired = session.scalars(query).all()
     for execution in expired:
-        clear_lease(execution)
+        _clear_lease(execution)
         execution.version += 1
     return [execution.task_id for execution in expired]
 

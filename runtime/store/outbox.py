@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Literal, cast
 
 from sqlalchemy import Table, bindparam, exists, func, null, or_, select, update
 from sqlalchemy.orm import Session
@@ -16,19 +16,31 @@ from runtime.store.prepared import Prepared
 from runtime.surfaces import Action
 from runtime.threads import BadThreadRef, SlackChannel, SlackThread, ThreadRef, parse_landed
 
+# Why a post was queued: what readers (the task page, the demo, tests) pick posts by.
+PostPurpose = Literal[
+    "ack", "approval", "budget", "ci_cap", "completion", "escalation", "model_outage",
+    "pr_line", "progress", "refusal", "update",
+]
+PostAction = Literal["post", "react"]
+# pending → sending → landed; a landed post whose text changed is stale until edited;
+# undelivered when origin and fallback both refused it.
+PostState = Literal["pending", "sending", "landed", "stale", "undelivered"]
+
 
 @dataclass(frozen=True, slots=True)
 class OutboxPost:
     outbox_id: int
     task_id: str
-    purpose: str
+    purpose: PostPurpose
     surface: str
+    # The stored text, parsed where it is sent: a malformed one is reported undelivered
+    # with its text, rather than failing every read of the outbox.
     thread_ref: str
     key: str
-    action: str  # post | react
+    action: PostAction
     body: str
     actions: tuple[Action, ...]  # buttons shown with the post
-    state: str  # pending | sending | landed | stale | undelivered
+    state: PostState
     attempts: int
     landed_on: str | None
     landed_at: datetime | None
@@ -43,17 +55,18 @@ class OutboxPost:
 
 
 def _to_post(row: OutboxRow) -> OutboxPost:
+    # The columns hold only what enqueue_post and the marks below wrote.
     return OutboxPost(
         row.outbox_id,
         row.task_id,
-        row.purpose,
+        cast(PostPurpose, row.purpose),
         row.surface,
         row.thread_ref,
         row.idempotency_key,
-        row.action,
+        cast(PostAction, row.action),
         row.body,
         tuple(Action.from_json(a) for a in row.actions or ()),
-        row.state,
+        cast(PostState, row.state),
         row.attempts,
         row.landed_on,
         row.landed_at,
@@ -76,10 +89,10 @@ def enqueue_post(
     session: Session,
     *,
     task_id: str,
-    purpose: str,
+    purpose: PostPurpose,
     thread: ThreadRef,
     key: str,
-    action: str,
+    action: PostAction,
     body: str,
     now: datetime,
     actions: Sequence[Action] = (),
@@ -190,7 +203,27 @@ def due_posts(
     ]
 
 
-def mark(session: Session, outbox_id: int, **values: object) -> None:
+def mark_sending(session: Session, outbox_id: int, attempts: int) -> None:
+    """Before a post is sent: after a crash, a ``sending`` post is looked for before it is
+    posted again."""
+    _mark(session, outbox_id, {"state": "sending", "attempts": attempts})
+
+
+def mark_retry(
+    session: Session, outbox_id: int, at: datetime, error: str, *, attempts: int | None = None
+) -> None:
+    """Try again at ``at``; ``attempts`` when this try was not counted before sending."""
+    values: dict[str, object] = {"next_attempt_at": at, "last_error": error}
+    if attempts is not None:
+        values["attempts"] = attempts
+    _mark(session, outbox_id, values)
+
+
+def mark_undelivered(session: Session, outbox_id: int, reason: str) -> None:
+    _mark(session, outbox_id, {"state": "undelivered", "last_error": reason})
+
+
+def _mark(session: Session, outbox_id: int, values: dict[str, object]) -> None:
     """One Core UPDATE (no read of the row first): the outbox marks every post it sends."""
     session.flush()
     session.execute(update(_OUTBOX).where(_OUTBOX.c.id == outbox_id).values(**values))

@@ -90,18 +90,61 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class TextPart:
+    """What a follow-up says."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SenderPart:
+    """Who wrote a follow-up, and where: intake records it, the worker names the author
+    from it. ``message`` is the text form of the message's thread reference."""
+
+    provider: str | None = None
+    sender_id: str | None = None
+    name: str | None = None
+    url: str | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form, as intake writes it."""
+        return {
+            "type": "sender", "provider": self.provider, "id": self.sender_id,
+            "name": self.name, "url": self.url, "message": self.message,
+        }
+
+
+MailboxPart = TextPart | SenderPart
+
+
+@dataclass(frozen=True, slots=True)
 class MailboxMessage:
     message_id: MessageId
     task_id: TaskId
     seq: int
     idempotency_key: str
-    parts: tuple[dict[str, Any], ...]
+    parts: tuple[MailboxPart, ...]
     author: str | None
     created_at: datetime
 
     @property
     def text(self) -> str:
-        return "\n".join(str(p.get("text", "")) for p in self.parts if p.get("type") == "text")
+        return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def sender(self) -> SenderPart | None:
+        """Who wrote it, as intake recorded (None for messages from before it did)."""
+        return next((p for p in self.parts if isinstance(p, SenderPart)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """The first stop asked of a task: when, why in the asker's words, and by whom."""
+
+    at: datetime
+    reason: str | None
+    requested_by: str | None
 
 
 @dataclass(frozen=True, slots=True)

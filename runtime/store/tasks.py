@@ -1,4 +1,4 @@
-"""Task lifecycle SQL: tasks, status changes, deliveries and the mailbox.
+"""Task lifecycle SQL: tasks, status changes and deliveries (the mailbox is ``mailbox.py``).
 
 Every function takes an open Session inside a transaction; the scheduler composes them.
 Row locks (``FOR UPDATE``) are no-ops on SQLite, where ``BEGIN IMMEDIATE`` already
@@ -8,28 +8,23 @@ serialises writers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Integer, Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from runtime.errors import StaleWrite
-from runtime.ids import MessageId, TaskId, new_message_id, new_token
-from runtime.store import executions
+from runtime.ids import TaskId
+from runtime.store import deliveries, executions
 from runtime.store.models import (
-    DeliveryRow,
-    MailboxMessageRow,
     TaskRow,
     TaskStatusChangeRow,
-    UtcDateTime,
 )
 from runtime.store.prepared import Prepared
 from runtime.store.records import (
     TERMINAL,
-    MailboxMessage,
     StatusChange,
+    StopRequest,
     Task,
     TaskResult,
     TaskSpec,
@@ -62,18 +57,6 @@ def to_task(row: TaskRow) -> Task:
         created_at=row.created_at,
         status_changed_at=row.status_changed_at,
         finished_at=row.finished_at,
-    )
-
-
-def to_message(row: MailboxMessageRow) -> MailboxMessage:
-    return MailboxMessage(
-        message_id=MessageId(row.message_id),
-        task_id=TaskId(row.task_id),
-        seq=row.seq,
-        idempotency_key=row.idempotency_key,
-        parts=tuple(row.parts),
-        author=row.author,
-        created_at=row.created_at,
     )
 
 
@@ -152,61 +135,6 @@ def newest_roots(session: Session, objective_key: str) -> tuple[Task | None, Tas
     return (_task_of(live) if live is not None else None), newest
 
 
-# What others may change on a task while a worker holds its lease.
-_CHANGES = (
-    _TASKS.c.status,
-    _TASKS.c.result,
-    _TASKS.c.mailbox_seq,
-    _TASKS.c.cancel_requested_at,
-    _TASKS.c.status_changed_at,
-    _TASKS.c.finished_at,
-)
-_TASK_CHANGES = Prepared(select(*_CHANGES).where(_TASKS.c.id == bindparam("b_task_id")))
-# The transition's fenced UPDATE, answering with the task's changes (PostgreSQL; SQLite's
-# RETURNING cannot name another table).
-_ADVANCE_READING_CHANGES = Prepared(
-    executions.ADVANCE.where(executions.ADVANCE.table.c.task_id == _TASKS.c.id).returning(*_CHANGES)
-)
-
-
-def refresh_task(session: Session, task: Task) -> Task | None:
-    """``task`` with what others may have changed since it was read: status, result, mailbox
-    sequence and stop. None if the task is gone."""
-    session.flush()
-    row = _TASK_CHANGES.first(session, {"b_task_id": task.task_id})
-    return None if row is None else _changed(task, row)
-
-
-def advance_and_refresh(
-    session: Session, run: executions.Run, lease_id: str, task: Task, advance: executions.Advance
-) -> Task | None:
-    """``executions.commit_transition`` then ``refresh_task``: for a lease holder that ticks
-    on. On PostgreSQL, when no ORM change waits to be flushed first, one statement does both
-    (a round trip and a statement's CPU less per phase). Raises ``StaleWrite`` as the
-    transition does."""
-    pending = session.new or session.dirty or session.deleted
-    if pending or session.get_bind().dialect.name != "postgresql":
-        executions.commit_transition(session, run, lease_id, advance)
-        return refresh_task(session, task)
-    params = executions.transition_parameters(run, lease_id, advance)
-    row = _ADVANCE_READING_CHANGES.first(session, params)
-    if row is None:  # the fence held (a task's execution goes only with its task)
-        raise StaleWrite(f"execution {run.task_id} moved past version {run.version}")
-    return _changed(task, row)
-
-
-def _changed(task: Task, row: Sequence[Any]) -> Task:
-    return replace(
-        task,
-        status=TaskStatus(row[0]),
-        result=row[1],
-        mailbox_seq=row[2],
-        cancel_requested_at=row[3],
-        status_changed_at=row[4],
-        finished_at=row[5],
-    )
-
-
 def stop_recorded(session: Session, task: Task) -> bool:
     """A stop is recorded on the task or an ancestor, or one of them is already terminal."""
     current: Task | None = task
@@ -217,10 +145,12 @@ def stop_recorded(session: Session, task: Task) -> bool:
     return False
 
 
-def lock_task(session: Session, task_id: str) -> TaskRow | None:
-    return session.scalars(
+def lock_task(session: Session, task_id: str) -> Task | None:
+    """The task, its row locked for the rest of the transaction."""
+    row = session.scalars(
         select(TaskRow).where(TaskRow.task_id == task_id).with_for_update()
     ).first()
+    return to_task(row) if row is not None else None
 
 
 _LOCK_ROW = Prepared(
@@ -237,13 +167,23 @@ def lock_task_row(session: Session, task_id: str) -> bool:
     return _LOCK_ROW.first(session, {"b_task_id": task_id}) is not None
 
 
-def get_task(session: Session, task_id: str) -> TaskRow | None:
-    return session.get(TaskRow, task_id)
+def get_task(session: Session, task_id: str) -> Task | None:
+    row = session.get(TaskRow, task_id)
+    return to_task(row) if row is not None else None
 
 
-def find_child(session: Session, parent_id: str, child_key: str) -> TaskRow | None:
+def stop_request(session: Session, task_id: str) -> StopRequest | None:
+    """The first stop asked of the task, if one was."""
+    row = session.get(TaskRow, task_id)
+    if row is None or row.cancel_requested_at is None:
+        return None
+    return StopRequest(row.cancel_requested_at, row.cancel_reason, row.cancel_requested_by)
+
+
+def find_child(session: Session, parent_id: str, child_key: str) -> Task | None:
     query = select(TaskRow).where(TaskRow.parent_id == parent_id, TaskRow.child_key == child_key)
-    return session.scalars(query).first()
+    row = session.scalars(query).first()
+    return to_task(row) if row is not None else None
 
 
 def tree_size(session: Session, root_id: str, *, since: datetime | None = None) -> int:
@@ -269,16 +209,8 @@ _INSERT_STATUS_CHANGE = Prepared(
         task_id=bindparam("b_task_id"), status=bindparam("b_status"), at=bindparam("b_now")
     )
 )
-_INSERT_DELIVERY = Prepared(
-    cast(Table, DeliveryRow.__table__).insert().values(
-        task_id=bindparam("b_task_id"), token=bindparam("b_token"), reason=bindparam("b_reason"),
-        available_at=bindparam("b_available_at"), created_at=bindparam("b_now"),
-    )
-)
-
-
 def insert_task(
-    session: Session, task_id: TaskId, spec: TaskSpec, parent: TaskRow | None, now: datetime
+    session: Session, task_id: TaskId, spec: TaskSpec, parent: Task | None, now: datetime
 ) -> Task:
     """The task, its execution, its first status and its first delivery, as four Core
     inserts (no ORM unit of work: every webhook that starts a task runs this)."""
@@ -286,8 +218,8 @@ def insert_task(
     status = TaskStatus.queued if available_at <= now else TaskStatus.scheduled
     task = Task(
         task_id=task_id,
-        root_id=TaskId(parent.root_id) if parent else task_id,
-        parent_id=TaskId(parent.task_id) if parent else None,
+        root_id=parent.root_id if parent else task_id,
+        parent_id=parent.task_id if parent else None,
         child_key=spec.child_key,
         depth=parent.depth + 1 if parent else 0,
         agent=spec.agent,
@@ -315,11 +247,7 @@ def insert_task(
     _INSERT_STATUS_CHANGE.execute(
         session, {"b_task_id": task_id, "b_status": status.value, "b_now": now}
     )
-    _INSERT_DELIVERY.execute(
-        session,
-        {"b_task_id": task_id, "b_token": new_token(), "b_reason": "schedule",
-         "b_available_at": available_at, "b_now": now},
-    )
+    deliveries.add_delivery(session, task_id, "schedule", available_at, now)
     return task
 
 
@@ -346,24 +274,42 @@ def start_running(session: Session, task_id: str, now: datetime) -> Task | None:
     return _task_of(row)
 
 
-def set_status(session: Session, row: TaskRow, status: TaskStatus, now: datetime) -> None:
-    """The only place a status is written. Terminal states never change."""
+def _row(session: Session, task_id: str) -> TaskRow:
+    """The task's row for a write; the caller locked or read it in this transaction, so the
+    session usually holds it already."""
+    row = session.get(TaskRow, task_id)
+    if row is None:
+        raise LookupError(f"task {task_id} does not exist")
+    return row
+
+
+def set_status(session: Session, task_id: str, status: TaskStatus, now: datetime) -> Task:
+    """The only place a status is written. Terminal states never change. The task as it
+    is now."""
+    row = _row(session, task_id)
     if TaskStatus(row.status).is_terminal or row.status == status.value:
-        return
+        return to_task(row)
     row.status = status.value
     row.status_changed_at = now
     if status.is_terminal:
         row.finished_at = now
     session.add(TaskStatusChangeRow(task_id=row.task_id, status=status.value, at=now))
+    return to_task(row)
 
 
-def set_result(row: TaskRow, result: TaskResult) -> None:
-    """The result stored with a terminal status (``set_status`` writes the status)."""
+def settle(session: Session, task_id: str, result: TaskResult, now: datetime) -> Task:
+    """A terminal status and the result stored with it; the task as it is now."""
+    set_status(session, task_id, result.status, now)
+    row = _row(session, task_id)
     row.result = {"status": result.status.value, "summary": result.summary, **result.detail}
+    return to_task(row)
 
 
-def record_cancel(row: TaskRow, now: datetime, reason: str, requested_by: str | None) -> None:
+def record_cancel(
+    session: Session, task_id: str, now: datetime, reason: str, requested_by: str | None
+) -> None:
     """Record the first stop asked of a task; a later one changes nothing."""
+    row = _row(session, task_id)
     if row.cancel_requested_at is None:
         row.cancel_requested_at = now
         row.cancel_reason = reason
@@ -379,111 +325,25 @@ def status_history(session: Session, task_id: str) -> list[StatusChange]:
     return [StatusChange(TaskStatus(r.status), r.at) for r in rows]
 
 
-def add_delivery(
-    session: Session, task_id: str, reason: str, available_at: datetime, now: datetime
-) -> str:
-    token = new_token()
-    params = {
-        "b_task_id": task_id, "b_token": token, "b_reason": reason,
-        "b_available_at": available_at, "b_now": now,
-    }
-    _INSERT_DELIVERY.execute(session, params)
-    return token
-
-
-_DELIVERIES = cast(Table, DeliveryRow.__table__)
-_CONSUME = Prepared(
-    update(_DELIVERIES)
-    .where(
-        _DELIVERIES.c.token == bindparam("b_token"),
-        _DELIVERIES.c.consumed_at.is_(None),
-        _DELIVERIES.c.available_at <= bindparam("b_now", type_=UtcDateTime),
-    )
-    .values(consumed_at=bindparam("b_now", type_=UtcDateTime), consumed_by=bindparam("b_worker"))
-    .returning(_DELIVERIES.c.task_id)
-)
-_READY = (
-    select(_DELIVERIES.c.token)
-    .where(
-        _DELIVERIES.c.consumed_at.is_(None),
-        _DELIVERIES.c.available_at <= bindparam("b_now", type_=UtcDateTime),
-    )
-    .order_by(_DELIVERIES.c.available_at, _DELIVERIES.c.id)
-    .limit(bindparam("b_limit", type_=Integer))
-)
-_NEXT_READY = Prepared(_READY)
-_NEXT_READY_SKIPPING_LOCKED = Prepared(_READY.with_for_update(skip_locked=True))
-
-
-def consume_delivery(session: Session, token: str, worker: str, now: datetime) -> str | None:
-    """Atomically consume an available, unconsumed delivery; the task id if this call won."""
-    row = _CONSUME.first(session, {"b_token": token, "b_now": now, "b_worker": worker})
-    return None if row is None else str(row[0])
-
-
-def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: bool) -> list[str]:
-    ready = _NEXT_READY_SKIPPING_LOCKED if skip_locked else _NEXT_READY
-    return [row[0] for row in ready.rows(session, {"b_now": now, "b_limit": limit})]
-
-
-def overdue_tasks(session: Session, now: datetime, limit: int) -> Sequence[TaskRow]:
+def overdue_tasks(session: Session, now: datetime, limit: int) -> list[Task]:
     query = (
         select(TaskRow)
         .where(TaskRow.deadline_at < now, TaskRow.status.not_in(_TERMINAL_NAMES))
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    return session.scalars(query).all()
+    return [to_task(row) for row in session.scalars(query)]
 
 
-def find_message(session: Session, task_id: str, key: str) -> MailboxMessageRow | None:
-    query = select(MailboxMessageRow).where(
-        MailboxMessageRow.task_id == task_id, MailboxMessageRow.idempotency_key == key
-    )
-    return session.scalars(query).first()
-
-
-def insert_message(
-    session: Session,
-    task: TaskRow,
-    key: str,
-    parts: Sequence[dict[str, Any]],
-    author: str | None,
-    now: datetime,
-) -> MailboxMessageRow:
-    task.mailbox_seq += 1
-    row = MailboxMessageRow(
-        message_id=new_message_id(),
-        task_id=task.task_id,
-        seq=task.mailbox_seq,
-        idempotency_key=key,
-        parts=list(parts),
-        author=author,
-        created_at=now,
-    )
-    session.add(row)
-    return row
-
-
-def messages_after(session: Session, task_id: str, after: int) -> list[MailboxMessage]:
-    query = (
-        select(MailboxMessageRow)
-        .where(MailboxMessageRow.task_id == task_id, MailboxMessageRow.seq > after)
-        .order_by(MailboxMessageRow.seq)
-    )
-    return [to_message(r) for r in session.scalars(query)]
-
-
-def active_descendants(session: Session, task: TaskRow) -> list[TaskRow]:
+def active_descendants(session: Session, task: Task) -> list[Task]:
     """Non-terminal tasks below ``task`` in its tree (one indexed query on root_id)."""
     query = select(TaskRow).where(
         TaskRow.root_id == task.root_id, TaskRow.status.not_in(_TERMINAL_NAMES)
     )
-    rows = list(session.scalars(query))
-    by_parent: dict[str, list[TaskRow]] = {}
-    for r in rows:
-        by_parent.setdefault(r.parent_id or "", []).append(r)
-    found: list[TaskRow] = []
+    by_parent: dict[str, list[Task]] = {}
+    for row in session.scalars(query):
+        by_parent.setdefault(row.parent_id or "", []).append(to_task(row))
+    found: list[Task] = []
     frontier = [task.task_id]
     while frontier:
         children = [c for p in frontier for c in by_parent.get(p, [])]
@@ -492,21 +352,21 @@ def active_descendants(session: Session, task: TaskRow) -> list[TaskRow]:
     return found
 
 
-def active_by_objective(session: Session, objective_key: str) -> Sequence[TaskRow]:
+def active_by_objective(session: Session, objective_key: str) -> list[Task]:
     query = (
         select(TaskRow)
         .where(TaskRow.objective_key == objective_key, TaskRow.status.not_in(_TERMINAL_NAMES))
         .order_by(TaskRow.created_at.desc())
     )
-    return session.scalars(query).all()
+    return [to_task(row) for row in session.scalars(query)]
 
 
-def latest_by_objective(session: Session, objective_key: str) -> TaskRow | None:
+def latest_by_objective(session: Session, objective_key: str) -> Task | None:
     query = (
         select(TaskRow)
         .where(TaskRow.objective_key == objective_key, TaskRow.parent_id.is_(None))
         .order_by(TaskRow.created_at.desc())
         .limit(1)
     )
-    return session.scalars(query).first()
-
+    row = session.scalars(query).first()
+    return to_task(row) if row is not None else None

@@ -37,6 +37,26 @@ class ToolCallRecord:
     settled_at: datetime | None
     late_reports: int
 
+    # What an operator reads of a call, derived here so every reader sees the same answer.
+    @property
+    def output(self) -> str | None:
+        output = (self.result or {}).get("output")
+        return None if output is None else str(output)
+
+    @property
+    def is_error(self) -> bool:
+        return bool((self.result or {}).get("is_error"))
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.dispatched_at is None or self.settled_at is None:
+            return None
+        return (self.settled_at - self.dispatched_at).total_seconds()
+
+    @property
+    def interrupted(self) -> bool:
+        return self.outcome == "interrupted"
+
 
 _CALLS = cast(Table, ToolCallRow.__table__)
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from runtime.evidence import Strength
 from runtime.execution import RunState
-from runtime.store import ledger, outbox, tool_calls, transcripts
+from runtime.store import ledger, mailbox, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
 from runtime.store.records import StatusChange, Task, TaskStatus
@@ -42,26 +42,6 @@ class ExecutionView:
     version: int
     updated_at: datetime
     error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallView:
-    call_id: str
-    turn: int
-    idx: int
-    name: str
-    args: dict[str, Any]
-    effect: str
-    dispatch_state: str
-    handle: str | None
-    outcome: str | None
-    output: str | None
-    is_error: bool
-    dispatched_at: datetime | None
-    settled_at: datetime | None
-    duration_s: float | None
-    late_reports: int
-    interrupted: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +99,7 @@ class TaskDetail:
     timeline: tuple[StatusChange, ...]
     execution: ExecutionView | None
     transcript: tuple[transcripts.TranscriptEntry, ...]
-    tool_calls: tuple[ToolCallView, ...]
+    tool_calls: tuple[tool_calls.ToolCallRecord, ...]
     mailbox: tuple[MailboxView, ...]
     evidence: tuple[EvidenceView, ...]
     outbox: tuple[OutboxView, ...]
@@ -166,19 +146,19 @@ def _older_than(anchor: TaskRow) -> Any:
 
 
 def task_detail(session: Session, task_id: str) -> TaskDetail | None:
-    row = q.get_task(session, task_id)
-    if row is None:
+    task = q.get_task(session, task_id)
+    if task is None:
         return None
     entries = tuple(transcripts.transcript(session, task_id))
     return TaskDetail(
-        task=q.to_task(row),
-        tree=_tree(session, row.root_id),
+        task=task,
+        tree=_tree(session, task.root_id),
         timeline=tuple(q.status_history(session, task_id)),
         execution=_execution(session, task_id),
         transcript=entries,
-        tool_calls=tuple(_call_view(c) for c in tool_calls.all_calls(session, task_id)),
+        tool_calls=tuple(tool_calls.all_calls(session, task_id)),
         mailbox=_mailbox(session, task_id, entries),
-        evidence=tuple(_evidence_view(e) for e in ledger.evidence_of_tree(session, row.root_id)),
+        evidence=tuple(_evidence_view(e) for e in ledger.evidence_of_tree(session, task.root_id)),
         outbox=tuple(_outbox_view(p) for p in outbox.posts_of_task(session, task_id)),
         signals=_signals(session, task_id),
     )
@@ -217,32 +197,6 @@ def _execution(session: Session, task_id: str) -> ExecutionView | None:
     )
 
 
-def _call_view(call: tool_calls.ToolCallRecord) -> ToolCallView:
-    result = call.result or {}
-    output = result.get("output")
-    duration = None
-    if call.dispatched_at is not None and call.settled_at is not None:
-        duration = (call.settled_at - call.dispatched_at).total_seconds()
-    return ToolCallView(
-        call_id=call.call_id,
-        turn=call.turn,
-        idx=call.idx,
-        name=call.name,
-        args=dict(call.args),
-        effect=call.effect,
-        dispatch_state=call.dispatch_state,
-        handle=call.handle,
-        outcome=call.outcome,
-        output=None if output is None else str(output),
-        is_error=bool(result.get("is_error")),
-        dispatched_at=call.dispatched_at,
-        settled_at=call.settled_at,
-        duration_s=duration,
-        late_reports=call.late_reports,
-        interrupted=call.outcome == "interrupted",
-    )
-
-
 def _mailbox(
     session: Session, task_id: str, entries: tuple[transcripts.TranscriptEntry, ...]
 ) -> tuple[MailboxView, ...]:
@@ -256,7 +210,7 @@ def _mailbox(
             delivered_at=m.created_at,
             incorporated_at=written.get(f"mbx:{m.message_id}"),  # executor's mailbox item key
         )
-        for m in q.messages_after(session, task_id, 0)
+        for m in mailbox.messages_after(session, task_id, 0)
     )
 
 

@@ -38,8 +38,7 @@ async def finished(live: Live, objective: str, timeout: float = 90) -> Task:
     try:
         async with asyncio.timeout(timeout):
             while True:
-                row = await db.read(lambda s: q.latest_by_objective(s, objective))
-                task = q.to_task(row) if row is not None else None
+                task = await db.read(lambda s: q.latest_by_objective(s, objective))
                 if task is not None and task.status.is_terminal:
                     run = await db.read(partial(executions.load_run, task_id=task.task_id))
                     if run is not None and run.phase == "done":

@@ -36,7 +36,7 @@ from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import GitHubInboxRow, MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
-from runtime.store.records import TaskStatus
+from runtime.store.records import Task, TaskStatus
 
 CHANNEL = "C0KEELGEN1"
 PERSON = "U0DEMODANA"
@@ -148,9 +148,8 @@ class Live:
         await self.send_slack(mention)
         return str(mention["ts"])
 
-    async def thread_task(self, db: Database, root_ts: str) -> TaskRow | None:
-        """The newest task working on the thread that starts at ``root_ts`` (its row: tests read
-        columns, such as who asked to cancel, that the Task record leaves out)."""
+    async def thread_task(self, db: Database, root_ts: str) -> Task | None:
+        """The newest task working on the thread that starts at ``root_ts``."""
         objective = f"slack:{self.slack.team_id}/{CHANNEL}/{root_ts}"
         return await db.read(lambda s: q.latest_by_objective(s, objective))
 
@@ -279,8 +278,8 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str)
     raise AssertionError(f"{what}: not within {timeout}s")
 
 
-async def until_ended(db: Database, task_id: str, timeout: float = 30) -> TaskRow:
-    """The task's row once its status is terminal."""
+async def until_ended(db: Database, task_id: str, timeout: float = 30) -> Task:
+    """The task once its status is terminal."""
 
     async def done() -> bool:
         task = await db.read(lambda s: q.get_task(s, task_id))

@@ -11,8 +11,7 @@ from typing import Any
 
 from runtime.executor.approval import Answer, answer_of
 from runtime.scheduler import Appended, Duplicate
-from runtime.store import executions, outbox, tool_calls, transcripts
-from runtime.store import tasks as q
+from runtime.store import deliveries, executions, outbox, tool_calls, transcripts
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
 from tests.harness import Stack, agent, build_stack, until
@@ -69,7 +68,7 @@ async def test_write_waits_for_approve_and_runs_once_when_approved_twice(
         await until(lambda: parked(stack, task.task_id))
         # A stale wake-up parks again without asking again; a remark is no answer.
         now = stack.ctx.clock.now()
-        await stack.db.run(lambda s: q.add_delivery(s, task.task_id, "tick", now, now))
+        await stack.db.run(lambda s: deliveries.add_delivery(s, task.task_id, "tick", now, now))
         await reply(stack, task.task_id, "slack:remark", "looks risky?")
         await asyncio.sleep(0.5)
         await until(lambda: parked(stack, task.task_id))

@@ -14,8 +14,7 @@ from pathlib import Path
 from adapters.demo.repo import branch_head
 from adapters.emulators.slack import SlackMessage
 from runtime.store.engine import Database
-from runtime.store.models import TaskRow
-from runtime.store.records import TaskStatus
+from runtime.store.records import Task, TaskStatus
 from tests.integration.keel_live import (
     CHANNEL,
     FOLLOW_UP,
@@ -46,7 +45,7 @@ def _pushed(workdir: Path) -> str | None:
         return None
 
 
-async def _task_of(db: Database, live: Live, root: str) -> TaskRow:
+async def _task_of(db: Database, live: Live, root: str) -> Task:
     found = await live.thread_task(db, root)
     assert found is not None
     return found

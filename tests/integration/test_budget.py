@@ -11,8 +11,7 @@ from runtime.config import ModelPrice
 from runtime.executor.accounting import Accounting
 from runtime.executor.budget import answer_of
 from runtime.scheduler import Appended, Duplicate
-from runtime.store import executions, outbox, transcripts, usage
-from runtime.store import tasks as q
+from runtime.store import deliveries, executions, outbox, transcripts, usage
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
 from tests.harness import Stack, agent, build_stack, until
@@ -59,7 +58,7 @@ async def test_task_parks_asks_once_resumes_on_continue_and_ends_on_stop_when_ov
         assert 1.0 <= spent.cost_usd < 2.0
         # A stale wake-up (a recovery, a duplicate timer) parks again without asking again.
         now = stack.ctx.clock.now()
-        await stack.db.run(lambda s: q.add_delivery(s, task.task_id, "tick", now, now))
+        await stack.db.run(lambda s: deliveries.add_delivery(s, task.task_id, "tick", now, now))
         await asyncio.sleep(0.5)
         await until(lambda: _parked(stack, task.task_id, 1))
         [ask] = await _asks(stack, task.task_id)

@@ -6,7 +6,8 @@ import asyncio
 import multiprocessing as mp
 from typing import Any
 
-from runtime.scheduler import Claimed, Scheduler
+from runtime.leases import Claimed
+from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from tests.factories import make_spec
 
@@ -20,7 +21,7 @@ def _claimer(url: str, name: str, tokens: list[str], barrier: Any, results: Any)
         scheduler = Scheduler(db)
         for index, token in enumerate(tokens):
             barrier.wait()
-            outcome = await scheduler.claim(token, name)
+            outcome = await scheduler.leases.claim(token, name)
             results.put((index, name, isinstance(outcome, Claimed)))
         db.close()
 

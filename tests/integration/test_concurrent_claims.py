@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from runtime.scheduler import Claimed, NoMatch, Scheduler
+from runtime.leases import Claimed, NoMatch
+from runtime.scheduler import Scheduler
 from runtime.store.engine import Database, Transaction
 from tests.factories import make_spec
 
@@ -28,7 +29,7 @@ async def test_a_claim_racing_another_for_the_last_deliveries_takes_the_next_one
     holding, finish = threading.Event(), threading.Event()
 
     def claim_and_hold(session: Transaction) -> Claimed | NoMatch:
-        outcome = scheduler._claim_next(session, "worker-a", 8)
+        outcome = scheduler.leases._claim_next(session, "worker-a", 8)
         holding.set()  # still in the claim's transaction: its locks are held
         finish.wait(10)
         return outcome
@@ -37,14 +38,14 @@ async def test_a_claim_racing_another_for_the_last_deliveries_takes_the_next_one
         first = pool.submit(database.run_sync, claim_and_hold)
         assert holding.wait(10)
         try:
-            second = await scheduler.claim_next("worker-b")
+            second = await scheduler.leases.claim_next("worker-b")
         finally:
             finish.set()
         held = first.result(timeout=10)
     assert isinstance(held, Claimed)
     assert isinstance(second, Claimed), second
     assert [held.task.task_id, second.task.task_id] == queued[:2]
-    third = await scheduler.claim_next("worker-a")
+    third = await scheduler.leases.claim_next("worker-a")
     assert isinstance(third, Claimed)
     assert third.task.task_id == queued[2]
-    assert isinstance(await scheduler.claim_next("worker-b"), NoMatch)
+    assert isinstance(await scheduler.leases.claim_next("worker-b"), NoMatch)

@@ -20,6 +20,7 @@ from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import OutboxRow, SignalRow, TaskRow
 from runtime.store.records import TaskResult, TaskStatus
+from runtime.threads import text_of
 from tests.integration.keel_live import CHANNEL, GH_REPO, Live, live_keel
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"  # the corpus check run's head
@@ -155,7 +156,7 @@ async def test_reviews_and_head_checks_of_a_linked_pull_request_reach_its_task(
     db.close()
     assert successor is not None and successor.task_id != task_id
     assert successor.status == "queued"
-    assert successor.origin_thread_ref == f"github:{GH_REPO}#{PULL}"
+    assert text_of(successor.origin_thread_ref) == f"github:{GH_REPO}#{PULL}"
 
 
 async def test_ci_follow_ups_stop_at_the_cap_with_one_honest_reply_on_the_pull_request(

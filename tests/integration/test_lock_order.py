@@ -20,8 +20,9 @@ import pytest
 from sqlalchemy import text
 
 from runtime.errors import Retryable
-from runtime.scheduler import Claimed, NoMatch, Scheduler
-from runtime.store import tasks as q
+from runtime.leases import Claimed, NoMatch
+from runtime.scheduler import Scheduler
+from runtime.store import deliveries
 from runtime.store.engine import Database, Transaction
 from tests.factories import make_spec
 
@@ -49,12 +50,12 @@ async def test_a_claim_waits_for_an_append_holding_the_task_instead_of_deadlocki
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two interleave")
     task = (await scheduler.schedule(make_spec())).task
     now = datetime.now(UTC)
-    [token] = database.run_sync(lambda s: q.next_ready_tokens(s, now, 1, False))
+    [token] = database.run_sync(lambda s: deliveries.next_ready_tokens(s, now, 1, False))
     started = threading.Event()
 
     def claim(session: Transaction) -> Claimed | NoMatch:
         started.set()
-        return scheduler._claim(session, token, "worker-1")
+        return scheduler.leases._claim(session, token, "worker-1")
 
     with ThreadPoolExecutor(1) as pool:
         outcome = _as_an_append_would(

@@ -10,8 +10,9 @@ from sqlalchemy import event
 
 from runtime.errors import StaleWrite
 from runtime.execution import Activation, Failure, RunState
-from runtime.scheduler import Claimed, Scheduler
-from runtime.store import executions, tool_calls, transcripts
+from runtime.leases import Claimed
+from runtime.scheduler import Scheduler
+from runtime.store import executions, task_changes, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction
 from runtime.store.executions import Run
@@ -33,7 +34,7 @@ STATE = RunState(
 async def _claimed(database: Database, scheduler: Scheduler) -> tuple[Task, Lease, Run]:
     """A new task, claimed: its lease and its run as the claim left it."""
     task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim_next("w")
+    claimed = await scheduler.leases.claim_next("w")
     assert isinstance(claimed, Claimed)
     run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert run is not None
@@ -136,7 +137,7 @@ async def test_task_reads_match_the_orm_record_and_see_later_changes(
     read = database.read_sync(lambda s: q.read_task(s, task.task_id))
     assert read == task
     await scheduler.request_cancel(task.task_id, "stop", "someone")
-    refreshed = database.read_sync(lambda s: q.refresh_task(s, task))
+    refreshed = database.read_sync(lambda s: task_changes.refresh_task(s, task))
     assert refreshed is not None and refreshed.cancel_requested_at is not None
     assert refreshed == database.read_sync(lambda s: q.read_task(s, task.task_id))
     assert database.read_sync(lambda s: q.read_task(s, "missing")) is None
@@ -235,7 +236,7 @@ async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
     event.listen(database.engine, "before_cursor_execute", grab)
     try:
         fresh = database.run_sync(
-            lambda s: q.advance_and_refresh(s, run, lease.lease_id, task, advance)
+            lambda s: task_changes.advance_and_refresh(s, run, lease.lease_id, task, advance)
         )
     finally:
         event.remove(database.engine, "before_cursor_execute", grab)
@@ -244,7 +245,9 @@ async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
     expected = ["UPDATE"] if database.is_postgres else ["UPDATE", "SELECT"]
     assert [s for s in seen if s in ("UPDATE", "SELECT")] == expected
     with pytest.raises(StaleWrite):
-        database.run_sync(lambda s: q.advance_and_refresh(s, run, lease.lease_id, task, advance))
+        database.run_sync(
+            lambda s: task_changes.advance_and_refresh(s, run, lease.lease_id, task, advance)
+        )
     after = database.read_sync(lambda s: executions.load_run(s, task.task_id))
     assert after is not None
     assert (after.phase, after.version) == ("check_scheduler", run.version + 1)

@@ -151,7 +151,7 @@ def _queue(targets: list[ThreadRef], clock: Clock) -> Any:
             enqueue_post(
                 session,
                 task_id="t1",
-                purpose=f"note{n}",
+                purpose="update",
                 thread=thread,
                 key=f"t1:note{n}",
                 action="post",

@@ -19,7 +19,7 @@ from runtime.store import executions, links
 from runtime.store import tasks as q
 from runtime.store.engine import Database
 from runtime.store.models import TaskRow
-from runtime.store.records import TaskStatus
+from runtime.store.records import Task, TaskStatus
 from tests.integration.keel_live import CHANNEL, SHOP, Live, demo_script_after, drive, live_keel
 
 REVIEW = "add() should also be documented for negative numbers, please."
@@ -99,7 +99,7 @@ async def test_inline_review_comment_is_fixed_pushed_and_answered_in_its_thread(
 
         objective = f"slack:{live.slack.team_id}/{CHANNEL}/{root}"
 
-        async def followed() -> TaskRow | None:
+        async def followed() -> Task | None:
             task = await db.read(lambda s: q.latest_by_objective(s, objective))
             if task is None or task.task_id == first_id:
                 return None

@@ -10,18 +10,17 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from runtime.clock import ManualClock
+from runtime.leases import Claimed, NoMatch
 from runtime.scheduler import (
     Accepted,
     AlreadyTerminal,
     Appended,
-    Claimed,
     Duplicate,
     Missing,
-    NoMatch,
     NotFound,
     Scheduler,
 )
-from runtime.store import tasks as q
+from runtime.store import deliveries
 from runtime.store.engine import Database
 from runtime.store.models import Base, DeliveryRow, MailboxMessageRow
 from runtime.store.records import TaskResult, TaskStatus
@@ -71,9 +70,9 @@ async def test_claim_rejects_token_when_already_consumed(
 ) -> None:
     task = (await scheduler.schedule(make_spec())).task
     [token] = _pending_tokens(database, task.task_id)
-    first = await scheduler.claim(token, "w1")
-    second = await scheduler.claim(token, "w2")
-    unknown = await scheduler.claim("no-such-token", "w3")
+    first = await scheduler.leases.claim(token, "w1")
+    second = await scheduler.leases.claim(token, "w2")
+    unknown = await scheduler.leases.claim("no-such-token", "w3")
     assert isinstance(first, Claimed)
     assert first.task.status is TaskStatus.running
     assert isinstance(second, NoMatch)
@@ -86,20 +85,22 @@ async def test_a_live_lease_refuses_another_claim_and_an_expired_one_is_taken_ov
     clock = ManualClock()
     scheduler = Scheduler(database, clock=clock, lease_seconds=10)
     task = (await scheduler.schedule(make_spec())).task
-    first = await scheduler.claim(_pending_tokens(database, task.task_id)[0], "w1")
+    first = await scheduler.leases.claim(_pending_tokens(database, task.task_id)[0], "w1")
     assert isinstance(first, Claimed)
     def delivery() -> str:
         now = clock.now()
-        return database.run_sync(lambda s: q.add_delivery(s, task.task_id, "wake", now, now))
+        return database.run_sync(
+            lambda s: deliveries.add_delivery(s, task.task_id, "wake", now, now)
+        )
 
-    refused = await scheduler.claim(delivery(), "w2")
+    refused = await scheduler.leases.claim(delivery(), "w2")
     assert refused == NoMatch("another worker holds the lease")
     clock.advance(11)
-    second = await scheduler.claim(delivery(), "w2")
+    second = await scheduler.leases.claim(delivery(), "w2")
     assert isinstance(second, Claimed) and second.lease.lease_id != first.lease.lease_id
     assert second.task.status is TaskStatus.running
     # The first holder lost its lease: giving it back changes nothing.
-    assert not await scheduler.release(first.lease, next_tick_at=None)
+    assert not await database.run(lambda s: scheduler.leases.release(s, first.lease, None))
     history = await scheduler.history(task.task_id)
     assert [c.status for c in history] == [TaskStatus.queued, TaskStatus.running]
 
@@ -111,9 +112,9 @@ async def test_claim_waits_when_delivery_is_in_the_future(database: Database) ->
     task = (await scheduler.schedule(make_spec(available_at=later))).task
     assert task.status is TaskStatus.scheduled
     [token] = _pending_tokens(database, task.task_id)
-    assert isinstance(await scheduler.claim(token, "w"), NoMatch)
+    assert isinstance(await scheduler.leases.claim(token, "w"), NoMatch)
     clock.advance(61)
-    assert isinstance(await scheduler.claim(token, "w"), Claimed)
+    assert isinstance(await scheduler.leases.claim(token, "w"), Claimed)
 
 
 async def test_expired_lease_yields_exactly_one_recovery_delivery_when_swept_repeatedly(
@@ -123,7 +124,7 @@ async def test_expired_lease_yields_exactly_one_recovery_delivery_when_swept_rep
     scheduler = Scheduler(database, clock=clock, lease_seconds=10)
     task = (await scheduler.schedule(make_spec())).task
     [token] = _pending_tokens(database, task.task_id)
-    claimed = await scheduler.claim(token, "w1")
+    claimed = await scheduler.leases.claim(token, "w1")
     assert isinstance(claimed, Claimed)
     clock.advance(5)
     assert (await scheduler.sweep()).recovered == 0
@@ -131,8 +132,8 @@ async def test_expired_lease_yields_exactly_one_recovery_delivery_when_swept_rep
     reports = await asyncio.gather(*(scheduler.sweep() for _ in range(4)))
     assert sum(r.recovered for r in reports) == 1
     assert len(_pending_tokens(database, task.task_id, "recovery")) == 1
-    assert await scheduler.renew(claimed.lease) is None  # the old owner lost it
-    recovery = await scheduler.claim_next("w2")
+    assert await scheduler.leases.renew(claimed.lease) is None  # the old owner lost it
+    recovery = await scheduler.leases.claim_next("w2")
     assert isinstance(recovery, Claimed)
     assert recovery.task.task_id == task.task_id
 
@@ -141,10 +142,10 @@ async def test_renew_extends_lease_when_still_held(database: Database) -> None:
     clock = ManualClock()
     scheduler = Scheduler(database, clock=clock, lease_seconds=10)
     task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim(_pending_tokens(database, task.task_id)[0], "w1")
+    claimed = await scheduler.leases.claim(_pending_tokens(database, task.task_id)[0], "w1")
     assert isinstance(claimed, Claimed)
     clock.advance(8)
-    renewed = await scheduler.renew(claimed.lease)
+    renewed = await scheduler.leases.renew(claimed.lease)
     assert renewed is not None and renewed.expires_at > claimed.lease.expires_at
     clock.advance(8)
     assert (await scheduler.sweep()).recovered == 0
@@ -251,25 +252,25 @@ async def test_waiting_task_wakes_when_mailbox_receives_input(
     database: Database, scheduler: Scheduler
 ) -> None:
     task = (await scheduler.schedule(make_spec())).task
-    claimed = await scheduler.claim_next("w")
+    claimed = await scheduler.leases.claim_next("w")
     assert isinstance(claimed, Claimed)
 
     def park(session: Session) -> bool:
         parked = scheduler.enter_waiting_in(session, task.task_id)
-        scheduler.release_in(session, claimed.lease, None)
+        scheduler.leases.release(session, claimed.lease, None)
         return parked
 
     assert database.run_sync(park)
     assert await _status(scheduler, task.task_id) is TaskStatus.waiting
-    assert isinstance(await scheduler.claim_next("w"), NoMatch)
+    assert isinstance(await scheduler.leases.claim_next("w"), NoMatch)
     await scheduler.append_mailbox(task.task_id, "k", [text_part("more")])
     assert await _status(scheduler, task.task_id) is TaskStatus.queued
-    assert isinstance(await scheduler.claim_next("w"), Claimed)
+    assert isinstance(await scheduler.leases.claim_next("w"), Claimed)
 
 
 async def test_status_changes_are_timestamped_in_order(scheduler: Scheduler) -> None:
     task = (await scheduler.schedule(make_spec())).task
-    await scheduler.claim_next("w")
+    await scheduler.leases.claim_next("w")
     await scheduler.report_result(task.task_id, TaskResult(TaskStatus.failed, "boom"))
     history = await scheduler.history(task.task_id)
     assert [h.status for h in history] == [TaskStatus.queued, TaskStatus.running, TaskStatus.failed]

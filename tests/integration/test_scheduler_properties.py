@@ -15,7 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from sqlalchemy import select
 
 from runtime.clock import ManualClock
-from runtime.scheduler import Claimed, Scheduler
+from runtime.leases import Claimed
+from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from runtime.store.models import Base, MailboxMessageRow, TaskRow
 from runtime.store.records import Lease, TaskResult, TaskStatus
@@ -63,7 +64,7 @@ def _machine(database: Database) -> type[RuleBasedStateMachine]:
 
         @rule()
         def claim_next(self) -> None:
-            outcome = self.run(self.scheduler.claim_next("w"))
+            outcome = self.run(self.scheduler.leases.claim_next("w"))
             if isinstance(outcome, Claimed):
                 task_id = outcome.task.task_id
                 previous = self.held.get(task_id)
@@ -78,7 +79,8 @@ def _machine(database: Database) -> type[RuleBasedStateMachine]:
                 return
             task_id = data.draw(st.sampled_from(sorted(self.held)))
             lease = self.held.pop(task_id)
-            self.run(self.scheduler.release(lease, next_tick_at=self.clock.now() if tick else None))
+            at = self.clock.now() if tick else None
+            self.run(self.scheduler.db.run(lambda s: self.scheduler.leases.release(s, lease, at)))
 
         @rule(data=st.data(), status=st.sampled_from(TERMINALS))
         def report(self, data: st.DataObject, status: TaskStatus) -> None:

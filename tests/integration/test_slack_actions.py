@@ -15,8 +15,8 @@ from sqlalchemy import select
 from adapters.emulators.slack import SlackMessage
 from runtime.store import tasks as q
 from runtime.store.engine import Database
-from runtime.store.models import SignalRow, TaskRow
-from runtime.store.records import TaskStatus
+from runtime.store.models import SignalRow
+from runtime.store.records import Task, TaskStatus
 from tests.integration.keel_live import (
     CHANNEL,
     MALLORY,
@@ -46,7 +46,7 @@ def _progress(live: Live, root_ts: str) -> SlackMessage | None:
     )
 
 
-async def _started(live: Live, db: Database, root_ts: str) -> tuple[TaskRow, SlackMessage]:
+async def _started(live: Live, db: Database, root_ts: str) -> tuple[Task, SlackMessage]:
     """A task working on the thread, with its progress message (and Stop button) posted."""
 
     async def posted() -> bool:
@@ -120,6 +120,7 @@ async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_ou
         assert await live.send_click(first) == 200  # Slack delivering the first one again
 
         ended = await until_ended(db, task.task_id)
+        stop = await db.read(lambda s: q.stop_request(s, task.task_id))
 
         async def outcome_shown() -> bool:
             shown = _progress(live, root_ts)
@@ -134,7 +135,8 @@ async def test_stop_button_stops_once_when_clicked_twice_and_gives_way_to_the_ou
         replies = [m.text for m in live.slack.thread(CHANNEL, root_ts) if m.bot_id]
         counts = await live.counts()
     db.close()
-    assert ended.status == TaskStatus.canceled and ended.cancel_requested_by == PERSON
+    assert ended.status == TaskStatus.canceled
+    assert stop is not None and stop.requested_by == PERSON
     assert len([text for text in replies if "Stopped" in text]) == 1
     assert counts["signals"] == 3  # mention and two clicks; the redelivered click is known
     # A click after the stop took effect is told so, to the clicker alone; nothing else.

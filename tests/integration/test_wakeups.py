@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from runtime.executor.runner import TickResult
+from runtime.leases import Claimed, Leases, NoMatch
 from runtime.notifier import Notifier
-from runtime.scheduler import Claimed, NoMatch, Scheduler
+from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from runtime.store.listen import PgListener
 from runtime.store.records import Lease
@@ -56,7 +57,7 @@ async def test_listen_wakes_other_process_notifier_when_postgres_commits(db_url:
         listener.stop()
 
 
-class _CountingScheduler(Scheduler):
+class _CountingLeases(Leases):
     looks = 0
 
     async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
@@ -89,18 +90,19 @@ async def test_a_wake_up_costs_one_look_however_many_loops_are_idle(database: Da
     """Eight idle loops: each wake-up is one look for work, not eight; work found hands the
     turn on at once, so three tasks queued together are all taken without waiting for the
     (here 30 s) poll interval."""
-    scheduler = _CountingScheduler(database)
+    scheduler = Scheduler(database)
+    leases = scheduler.leases = _CountingLeases(database, scheduler.clock, scheduler.lease_seconds)
     runner = _RecordingRunner()
     worker = Worker(scheduler, runner, concurrency=8, poll_interval_s=30)  # type: ignore[arg-type]
     running = asyncio.create_task(worker.run())
     try:
-        await _until(lambda: scheduler.looks >= 1)
+        await _until(lambda: leases.looks >= 1)
         await asyncio.sleep(0.2)
-        assert scheduler.looks == 1  # one loop looks; the other seven wait their turn
+        assert leases.looks == 1  # one loop looks; the other seven wait their turn
         for _ in range(3):
             scheduler.wake()
             await asyncio.sleep(0.1)
-        assert scheduler.looks == 4
+        assert leases.looks == 4
         ids = [(await scheduler.schedule(make_spec())).task.task_id for _ in range(3)]
         await _until(lambda: len(runner.driven) == 3)
         assert sorted(runner.driven) == sorted(ids)

@@ -109,9 +109,7 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
         now=now,
     )
     [post] = [p for p in outbox.posts_of_task(session, task_id) if p.key == key]
-    outbox.mark(
-        session, post.outbox_id, state="landed", landed_on=LANDED, landed_at=now
-    )
+    outbox.landed(session, post.outbox_id, body="done", actions=(), where=LANDED, now=now)
 
 
 def record_recovered_calls(session: Any, task_id: str) -> None:

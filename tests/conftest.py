@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,8 +48,8 @@ def _guarded_connect_ex(self: socket.SocketType, address: Any) -> int:
 
 @pytest.fixture(autouse=True)
 def _loopback_only() -> Iterator[None]:
-    socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+    socket.socket.connect = _guarded_connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -79,17 +80,35 @@ def _pg_template() -> Iterator[str | None]:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite file per test process (xdist worker): a copy costs far less than
+    running every migration again for each of the suite's databases."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "keel.db"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()
+    # Closing the last connection checkpoints the WAL into the file; a companion left over
+    # would hold part of the schema that a copy of the file alone would miss.
+    assert not path.with_name("keel.db-wal").exists(), "template WAL not checkpointed"
+    return path
+
+
+def _sqlite_copy(template: Path, path: Path) -> str:
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(
-    request: pytest.FixtureRequest, tmp_path: Path, _pg_template: str | None
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    _pg_template: str | None,
+    _sqlite_template: Path,
 ) -> Iterator[str]:
     """A migrated, empty database URL of each engine."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'keel.db'}"
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url
+        yield _sqlite_copy(_sqlite_template, tmp_path / "keel.db")
         return
     if _pg_template is None:
         if os.environ.get("KEEL_REQUIRE_POSTGRES"):
@@ -109,7 +128,10 @@ def database(db_url: str) -> Iterator[Database]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_factory(
-    request: pytest.FixtureRequest, tmp_path: Path, _pg_template: str | None
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    _pg_template: str | None,
+    _sqlite_template: Path,
 ) -> Iterator[Callable[[], str]]:
     """Makes as many fresh, migrated databases of one engine as a test needs."""
     made: list[str] = []
@@ -120,10 +142,7 @@ def db_factory(
 
     def make() -> str:
         if request.param == "sqlite":
-            url = f"sqlite:///{tmp_path / f'db{len(made)}.db'}"
-            engine = make_engine(url)
-            upgrade(engine)
-            engine.dispose()
+            url = _sqlite_copy(_sqlite_template, tmp_path / f"db{len(made)}.db")
             made.append(url)
             return url
         assert _pg_template is not None

@@ -56,8 +56,14 @@ async def test_a_cancelled_pipeline_leaves_nothing_running() -> None:
     running = asyncio.create_task(
         run_pipeline(waiting, ["cat"], second_env=os.environ, stdin=b"", timeout_s=60)
     )
-    for _ in range(200):  # mid-send: both of the producer's processes are running
-        if len([p for p in _all_pids() if tag in _cmdline(p)]) == 2:
+    stdin = waiting.popen.stdin
+    assert stdin is not None
+    # Mid-send: the pipeline gave the producer its stdin (and closed it), and both of the
+    # producer's processes run. Seeing the processes alone is not enough: on a loaded host
+    # they can be up before the pipeline's task has run at all, and a task cancelled before
+    # it starts never reaches the code under test.
+    for _ in range(200):
+        if stdin.closed and len([p for p in _all_pids() if tag in _cmdline(p)]) == 2:
             break
         await asyncio.sleep(0.05)
     running.cancel()

@@ -1,11 +1,19 @@
 """Running a task under a worker process that a fault may SIGKILL: restart it without the
 fault until the task's run is done (the kill-point tests' shared loop), and running a check
-at every fault point a traced run reached."""
+at every fault point a traced run reached.
+
+``make test`` kills at a sample of the points: every kind of point once (``commit:call_model``,
+``dispatching:call_N_N``…), the occurrence picked by a seed that changes from run to run, so
+successive runs cover different instances. ``KEEL_SOAK=1`` (``make soak``) kills at every point;
+``KEEL_SOAK_SEED`` replays a sample, whose seed a failing test prints.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +25,7 @@ from runtime.store.engine import Database
 from runtime.store.executions import Run
 
 ROOT = Path(__file__).resolve().parents[2]
+SOAKING = bool(os.environ.get("KEEL_SOAK"))
 
 OnPoll = Callable[[Run | None], Awaitable[None]]
 
@@ -68,6 +77,27 @@ async def until_done(
 def points_reached(trace: Path) -> list[str]:
     """The fault points a run with KEEL_FAULT_TRACE passed, each once, in the order reached."""
     return list(dict.fromkeys(trace.read_text().split()))
+
+
+def point_kind(point: str) -> str:
+    """What a point is, without which occurrence or call: ``dispatching:call_1_0#2`` is
+    ``dispatching:call_N_N``."""
+    return re.sub(r"[0-9]+", "N", point.partition("#")[0])
+
+
+def sampled(points: Sequence[str]) -> list[str]:
+    """Every point under KEEL_SOAK; otherwise one point of each kind, in the order reached."""
+    if SOAKING:
+        return list(points)
+    seed = int(os.environ.get("KEEL_SOAK_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    kinds: dict[str, list[str]] = {}
+    for point in points:
+        kinds.setdefault(point_kind(point), []).append(point)
+    chosen = {rng.choice(of_kind) for of_kind in kinds.values()}
+    # Captured output, shown when the test fails: how to replay this sample.
+    print(f"{len(chosen)} of {len(points)} kill points, KEEL_SOAK_SEED={seed}")
+    return [p for p in points if p in chosen]
 
 
 async def problems_at(

@@ -12,7 +12,7 @@ from runtime.store import executions, outbox, transcripts
 from runtime.store.engine import Database
 from runtime.store.records import TaskStatus
 from tests.factories import make_spec, text_part
-from tests.recovery.restarts import points_reached, problems_at, spawn, until_done
+from tests.recovery.restarts import points_reached, problems_at, sampled, spawn, until_done
 
 PARALLEL = 2
 
@@ -92,6 +92,7 @@ async def test_one_question_per_budget_and_each_reply_once_when_killed_around_th
         if point.startswith("commit:await_budget") and "call_model" in reached[index - 1]:
             points.append(reached[index - 1])
     assert len(points) >= 4, reached
+    points = sampled(points)
 
     async def one(index: int, point: str) -> list[str]:
         seen = await _run(db_factory(), tmp_path / f"kill{index}", {"KEEL_FAULT": point})

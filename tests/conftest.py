@@ -48,8 +48,8 @@ def _guarded_connect_ex(self: socket.SocketType, address: Any) -> int:
 
 @pytest.fixture(autouse=True)
 def _loopback_only() -> Iterator[None]:
-    socket.socket.connect = _guarded_connect  # type: ignore[method-assign,assignment]
-    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign,assignment]
+    socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
     try:
         yield
     finally:

@@ -281,9 +281,18 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
 
 def kill_below(pid: int) -> None:
     """SIGKILL ``pid`` and every process below it: a sandbox's processes are below bubblewrap,
-    and a killed bubblewrap alone would leave them running. The tree is read first, because a
-    killed parent's children are reparented out of it."""
-    for target in [pid, *descendants(pid)]:
+    and a killed bubblewrap alone would leave them running. The tree is frozen first: each
+    process is stopped (a stopped process cannot fork) and the tree read again until a read
+    finds no process that is not stopped yet, so a child forked while the tree was being read
+    is not missed; then all are killed (a killed parent's children would be reparented out of
+    the tree, so none is killed before the tree is complete)."""
+    frozen: list[int] = []
+    while new := [p for p in [pid, *descendants(pid)] if p not in frozen]:
+        for target in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGSTOP)
+            frozen.append(target)
+    for target in frozen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, signal.SIGKILL)
 

@@ -95,6 +95,10 @@ class TextPart:
 
     text: str
 
+    def to_json(self) -> dict[str, Any]:
+        """The stored form, as intake writes it."""
+        return {"type": "text", "text": self.text}
+
 
 @dataclass(frozen=True, slots=True)
 class SenderPart:

@@ -36,6 +36,7 @@ from runtime.config import AgentConfig, WorkspaceConfig
 from runtime.errors import Permanent
 from runtime.executor.accounting import Accounting
 from runtime.executor.context import ExecutorContext
+from runtime.executor.faults import FaultPlan
 from runtime.executor.fitting import Window
 from runtime.executor.runner import Runner
 from runtime.models.base import ModelProvider, ModelRequest, ModelResponse
@@ -123,6 +124,9 @@ class Keel:
     _listener: PgListener | None = field(init=False, default=None)
     _stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     metrics: Metrics = field(init=False, default_factory=Metrics)
+    # One crash plan for the process, shared by intake and the executor, so the environment
+    # is read once here rather than by each object that can be killed.
+    faults: FaultPlan = field(init=False, default_factory=FaultPlan.from_env)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -156,7 +160,12 @@ class Keel:
             public_url=cfg.server.public_url,
         )
         self.router = Router(
-            self.scheduler, self.db, self._policy(), self.clock, reporting=self.reporting
+            self.scheduler,
+            self.db,
+            self._policy(),
+            self.clock,
+            reporting=self.reporting,
+            faults=self.faults,
         )
         self.sink = RoutedSink(self.router, self.metrics)
         if self.db.is_postgres:
@@ -269,6 +278,7 @@ class Keel:
             accounting=Accounting(cfg.model.model, cfg.model.prices),
             observe_model_call=self.metrics.observe_model_call,
             outage_give_up_s=cfg.model.outage_give_up_s,
+            faults=self.faults,
         )
         self.worker = Worker(
             self.scheduler,

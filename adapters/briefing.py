@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, assert_never
+from typing import assert_never
 from urllib.parse import urlsplit
 
 from adapters.config import AppConfig
@@ -18,6 +18,7 @@ from adapters.slack.context import SlackReaders
 from adapters.slack.workspaces import SlackClients
 from runtime.brief.model import Gathered, Origin, Sender
 from runtime.brief.port import Briefing
+from runtime.store.records import SenderPart
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, parse_thread
 
 _LINK = re.compile(
@@ -72,15 +73,15 @@ class ThreadContext:
             case _:
                 assert_never(origin.thread)
 
-    async def sender(self, part: Mapping[str, Any]) -> Sender:
-        message = parse_thread(str(part["message"])) if part.get("message") else None
-        if part.get("provider") == "slack" and isinstance(message, SlackThread) and self.slack:
+    async def sender(self, part: SenderPart) -> Sender:
+        message = parse_thread(part.message) if part.message else None
+        if part.provider == "slack" and isinstance(message, SlackThread) and self.slack:
             reader = await self.slack.for_team(message.team)
             if reader is not None:
                 return await reader.sender(part)
         if self.github is not None:
             return await self.github.sender(part)
-        return Sender(str(part.get("name") or part.get("id") or "someone"))
+        return Sender(part.name or part.sender_id or "someone")
 
     async def _slack(self, origin: Origin, thread: SlackThread) -> Gathered:
         reader = await self.slack.for_team(thread.team) if self.slack is not None else None

@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 CONTEXT_FIELDS = ("task_id", "signal_id", "delivery_id", "phase")
+# Module state on purpose: the formatters below hang on the root logger, which is itself one
+# per process, and ``setup_logging`` installs them before the config naming the secrets is read
+# (``Keel`` registers them when it is built). Any library's log line must be masked too, so
+# the set belongs with the process-wide logging, not with one object Keel could pass around.
 _secrets: set[str] = set()
 
 

@@ -37,7 +37,7 @@ from runtime.executor.runner import Runner, TickResult
 from runtime.scheduler import Scheduler
 from runtime.store import signals as signal_store
 from runtime.store.engine import Database
-from runtime.store.records import Lease, TaskSpec
+from runtime.store.records import Lease, TaskSpec, TextPart
 from runtime.worker import Worker
 
 SMALL, LARGE = 1_000, 100_000
@@ -212,7 +212,7 @@ async def mailbox_latency(db: Database) -> float:
     scheduler = Scheduler(db)
     task = (await scheduler.schedule(TaskSpec(agent="default", message="probe"))).task
     for n in range(5):
-        await scheduler.append_mailbox(task.task_id, f"probe-{n}", [{"type": "text", "text": "hi"}])
+        await scheduler.append_mailbox(task.task_id, f"probe-{n}", [TextPart("hi")])
     samples = []
     for _ in range(MAILBOX_READS):
         started = time.perf_counter()

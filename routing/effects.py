@@ -4,7 +4,7 @@ it asks for, each keyed so that a second run converges on the first one's effect
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, assert_never
+from typing import Literal, assert_never
 
 from routing.daemons import DaemonDefinition
 from routing.outcome import Ledger
@@ -15,7 +15,7 @@ from runtime.ids import TaskId
 from runtime.scheduler import AlreadyTerminal, Appended, Duplicate, NotFound, Scheduler
 from runtime.store import signals as store
 from runtime.store.engine import Transaction
-from runtime.store.records import TaskSpec
+from runtime.store.records import SenderPart, TaskSpec, TextPart
 from runtime.store.signals import SignalRecord
 from runtime.threads import text_of
 
@@ -87,7 +87,7 @@ class Effects:
         """Append under (target, dedupe key); fall back to a new owner only on proof."""
         key = record.dedupe_key
         text = _event_text(record) if decision == "daemon" else record.text
-        parts = [{"type": "text", "text": text}, _sender_part(record)]
+        parts = (TextPart(text), _sender_part(record))
         outcome = self.scheduler.append_in(session, target, key, parts, _actor_id(record))
         attempt_in = self.ledger.attempt_in
         match outcome:
@@ -192,16 +192,16 @@ def _stop_key(record: SignalRecord) -> str:
     return f"stop:{record.signal_id}"
 
 
-def _sender_part(record: SignalRecord) -> dict[str, Any]:
+def _sender_part(record: SignalRecord) -> SenderPart:
     """Who said a follow-up, and where: the worker renders it into the mailbox item."""
-    return {
-        "type": "sender",
-        "provider": record.provider,
-        "id": _actor_id(record),
-        "name": record.actor.get("name"),
-        "url": record.url,
-        "message": text_of(record.message_ref),
-    }
+    name = record.actor.get("name")
+    return SenderPart(
+        provider=record.provider,
+        sender_id=_actor_id(record),
+        name=None if name is None else str(name),
+        url=record.url,
+        message=text_of(record.message_ref),
+    )
 
 
 def _actor_id(record: SignalRecord) -> str | None:

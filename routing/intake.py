@@ -79,6 +79,7 @@ class Router:
         self.policy = policy
         self.clock = clock or SystemClock()
         self.retry_delays = retry_delays
+        # Keel passes its one plan; a router built alone (the recovery drivers) reads its own.
         self.faults = faults or FaultPlan.from_env()
         self._locks = ObjectiveLocks()
         self._ledger = Ledger(db, scheduler, self.clock, reporting)

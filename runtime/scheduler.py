@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
@@ -21,6 +20,7 @@ from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction, UniqueViolation
 from runtime.store.records import (
     MailboxMessage,
+    MailboxPart,
     StatusChange,
     Task,
     TaskResult,
@@ -183,7 +183,7 @@ class Scheduler:
         self,
         task_id: str,
         idempotency_key: str,
-        parts: Sequence[dict[str, Any]],
+        parts: Sequence[MailboxPart],
         author: str | None = None,
     ) -> AppendOutcome:
         def work(session: Transaction) -> AppendOutcome:
@@ -202,7 +202,7 @@ class Scheduler:
         session: Transaction,
         task_id: str,
         key: str,
-        parts: Sequence[dict[str, Any]],
+        parts: Sequence[MailboxPart],
         author: str | None,
     ) -> AppendOutcome:
         now = self.clock.now()

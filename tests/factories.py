@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.emulators.github_state import GitHubState
 from routing.signal import Actor, Signal
-from runtime.store.records import TaskSpec
+from runtime.store.records import TaskSpec, TextPart
 from runtime.threads import SlackThread
 
 THREAD = SlackThread("T1", "C1", "1700000000.000100")
@@ -53,8 +53,8 @@ def make_signal(**overrides: Any) -> Signal:
     return Signal(**values)
 
 
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
+def text_part(text: str) -> TextPart:
+    return TextPart(text)
 
 
 def app_key_pair() -> tuple[str, str]:

@@ -11,10 +11,10 @@ bounded by ``runtime.brief.attempts``; a read that fails is named in the brief.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from adapters.github import reads
 from adapters.github.client import GitHubClient
@@ -22,6 +22,7 @@ from adapters.github.diff import changed_files, unified_diff
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Gathered, Origin, Post, Section, Sender
 from runtime.config import ContextConfig
+from runtime.store.records import SenderPart
 from runtime.threads import GitHubIssue
 
 T = TypeVar("T")
@@ -77,10 +78,8 @@ class GitHubContext:
             missing=tuple(found.missing),
         )
 
-    async def sender(self, part: Mapping[str, Any]) -> Sender:
-        url = part.get("url")
-        name = part.get("name") or part.get("id") or "someone"
-        return Sender(str(name), str(url) if url else None)
+    async def sender(self, part: SenderPart) -> Sender:
+        return Sender(part.name or part.sender_id or "someone", part.url or None)
 
     async def repository(self, repo: str, missing: list[str]) -> str:
         """``owner/name (default branch …)``, or the bare name and a gap."""

@@ -31,6 +31,7 @@ from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Download, Gathered, Origin, Post, Section, Sender
 from runtime.config import ContextConfig
 from runtime.errors import Permanent
+from runtime.store.records import SenderPart
 from runtime.threads import SlackThread, parse_thread
 
 PAGE_SIZE = 200
@@ -142,12 +143,12 @@ class SlackContext:
             missing=tuple(missing),
         )
 
-    async def sender(self, part: Mapping[str, Any]) -> Sender:
-        user = str(part.get("id") or "")
+    async def sender(self, part: SenderPart) -> Sender:
+        user = part.sender_id or ""
         missing: list[str] = []
         names = await self._names([user], missing) if user else {}
-        name = names.get(user) or str(part.get("name") or user or "someone")
-        message = parse_thread(str(part["message"])) if part.get("message") else None
+        name = names.get(user) or part.name or user or "someone"
+        message = parse_thread(part.message) if part.message else None
         if not isinstance(message, SlackThread):
             return Sender(name)
         link = await self._call(

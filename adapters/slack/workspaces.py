@@ -54,11 +54,19 @@ class PooledWebClient(AsyncWebClient):
     different workspaces can share it.
     """
 
+    # slack_sdk's one public seam is ``session=`` at construction, but an aiohttp session
+    # belongs to the event loop it was made in, and clients are built before (or outside) the
+    # loop that uses them; so the running loop's session is set just before each call, in the
+    # private ``_request`` that reads ``self.session``. On a slack_sdk upgrade that renames
+    # ``_request``, changes its keywords or stops reading ``self.session``, calls silently go
+    # back to one connection each: tests/unit/test_slack_pooled_client.py fails first.
     async def _request(self, *, http_verb: str, api_url: str, req_args: Any) -> Any:
         self.session = shared_session(int(self.timeout))
         return await super()._request(http_verb=http_verb, api_url=api_url, req_args=req_args)
 
 
+# Keyed by event loop, so module state is safe: each loop (Keel's, or a test's) gets its own
+# sessions, a finished loop's entry goes with it, and Keel's stop closes its loop's sessions.
 _SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, aiohttp.ClientSession]]
 _SESSIONS = weakref.WeakKeyDictionary()
 

@@ -6,12 +6,12 @@ by the composition root; without one a brief holds only what the stored Signal s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from runtime.brief.model import Gathered, Origin, Sender
 from runtime.config import ContextConfig
+from runtime.store.records import SenderPart
 
 
 class BriefSource(Protocol):
@@ -20,7 +20,7 @@ class BriefSource(Protocol):
         never raised."""
         ...
 
-    async def sender(self, part: Mapping[str, Any]) -> Sender:
+    async def sender(self, part: SenderPart) -> Sender:
         """The display name (and link) of a follow-up's author, from its ``sender`` part."""
         ...
 

@@ -196,7 +196,7 @@ async def _sender(ctx: ExecutorContext, message: MailboxMessage) -> Sender:
         return known
     try:
         async with asyncio.timeout(ctx.briefing.settings.request_timeout_s * 2):
-            return await source.sender(part.to_json())
+            return await source.sender(part)
     except Exception:  # boundary: a name lookup never holds up the follow-up itself
         log.warning("could not resolve the sender of message %s", message.message_id)
         return known

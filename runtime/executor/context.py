@@ -159,6 +159,7 @@ class ExecutorContext:
     # Resident agents (a daemon's role): agent name -> idle lifetime in seconds. Their final
     # answer parks the task for the next mailbox item instead of ending it.
     resident: Mapping[str, float] = field(default_factory=dict)
+    # Keel passes its one plan; a context built alone (the recovery drivers) reads its own.
     faults: FaultPlan = field(default_factory=FaultPlan.from_env)
     poll_interval_s: float = 0.5
     background: set[asyncio.Task[None]] = field(default_factory=set)

@@ -60,7 +60,7 @@ def append_message(
     session: Session,
     task_id: str,
     key: str,
-    parts: Sequence[dict[str, Any]],
+    parts: Sequence[MailboxPart],
     author: str | None,
     now: datetime,
 ) -> MailboxMessage:
@@ -75,7 +75,7 @@ def append_message(
         task_id=task.task_id,
         seq=task.mailbox_seq,
         idempotency_key=key,
-        parts=list(parts),
+        parts=[part.to_json() for part in parts],
         author=author,
         created_at=now,
     )

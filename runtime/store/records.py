@@ -95,6 +95,10 @@ class TextPart:
 
     text: str
 
+    def to_json(self) -> dict[str, str | None]:
+        """The stored form, as intake writes it."""
+        return {"type": "text", "text": self.text}
+
 
 @dataclass(frozen=True, slots=True)
 class SenderPart:
@@ -107,7 +111,7 @@ class SenderPart:
     url: str | None = None
     message: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | None]:
         """The stored form, as intake writes it."""
         return {
             "type": "sender", "provider": self.provider, "id": self.sender_id,

@@ -9,7 +9,7 @@ from pathlib import Path
 from runtime.clock import SystemClock
 from runtime.reporting import ThreadReporter
 from runtime.store import outbox
-from runtime.store.records import TaskStatus
+from runtime.store.records import MailboxPart, SenderPart, TaskStatus
 from runtime.threads import GitHubIssue
 from tests.factories import THREAD, make_spec, text_part
 from tests.harness import build_stack
@@ -24,13 +24,8 @@ async def test_review_follow_up_is_answered_on_the_pull_request_when_the_task_be
     stack = build_stack(db_url, tmp_path, SCRIPT)
     stack.ctx.reporter = ThreadReporter(SystemClock())
     task = (await stack.scheduler.schedule(make_spec())).task
-    sender = {
-        "type": "sender",
-        "provider": "github",
-        "name": "octo",
-        "message": str(PULL.comment(9)),
-    }
-    parts = [text_part("handle the empty cart too"), sender]
+    sender = SenderPart(provider="github", name="octo", message=str(PULL.comment(9)))
+    parts: list[MailboxPart] = [text_part("handle the empty cart too"), sender]
     await stack.scheduler.append_mailbox(task.task_id, "github:review:9", parts)
     await stack.scheduler.append_mailbox(task.task_id, "github:review:10", parts)
     final = await stack.run_until_terminal(task.task_id)

@@ -27,7 +27,7 @@ from runtime.store import signals as store
 from runtime.store.engine import Database, Transaction
 from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
-from runtime.store.records import Task, TaskResult, TaskSpec, TaskStatus
+from runtime.store.records import MailboxPart, Task, TaskResult, TaskSpec, TaskStatus
 from tests import factories
 from tests.factories import make_spec
 
@@ -102,7 +102,7 @@ class FinishesFirst(Scheduler):
     """The target task completes between routing's lookup and its append."""
 
     def append_in(
-        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
         author: str | None,
     ) -> AppendOutcome:
         self.report_result_in(session, task_id, TaskResult(TaskStatus.succeeded, "done"))
@@ -113,7 +113,7 @@ class LaggingNotFound(Scheduler):
     """Answers NotFound to every append while the task itself stays readable."""
 
     def append_in(
-        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
         author: str | None,
     ) -> AppendOutcome:
         return NotFound(task_id)
@@ -133,7 +133,7 @@ class Flaky(Scheduler):
         self.keys: list[str] = []
 
     def append_in(
-        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
         author: str | None,
     ) -> AppendOutcome:
         self.keys.append(key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -23,7 +24,7 @@ from runtime.scheduler import (
 from runtime.store import deliveries
 from runtime.store.engine import Database
 from runtime.store.models import Base, DeliveryRow, MailboxMessageRow
-from runtime.store.records import TaskResult, TaskStatus
+from runtime.store.records import SenderPart, TaskResult, TaskStatus
 from tests.factories import make_spec, text_part
 
 
@@ -164,6 +165,24 @@ async def test_mailbox_append_returns_duplicate_when_key_repeats(
     same = first.message.message_id
     assert all(isinstance(o, Duplicate) and o.message.message_id == same for o in again)
     assert _count(database, MailboxMessageRow, task_id=task.task_id) == 1
+
+
+async def test_mailbox_append_stores_the_parts_in_the_layout_intake_always_wrote(
+    database: Database, scheduler: Scheduler
+) -> None:
+    # Messages written before the parts were typed are read by the same code: the stored
+    # JSON must keep its keys, their order and their values.
+    task = (await scheduler.schedule(make_spec())).task
+    sender = SenderPart("slack", "U1", "Ada", "https://x.test/p1", "slack:T1:C1:1.2")
+    await scheduler.append_mailbox(task.task_id, "k1", [text_part("also Safari"), sender], "U1")
+    rows = database.run_sync(
+        lambda s: list(s.scalars(select(MailboxMessageRow.parts)).all())
+    )
+    assert [json.dumps(parts) for parts in rows] == [json.dumps([
+        {"type": "text", "text": "also Safari"},
+        {"type": "sender", "provider": "slack", "id": "U1", "name": "Ada",
+         "url": "https://x.test/p1", "message": "slack:T1:C1:1.2"},
+    ])]
 
 
 async def test_mailbox_append_stores_two_when_same_key_targets_two_tasks(

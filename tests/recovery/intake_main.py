@@ -11,7 +11,6 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.intake import Router
@@ -21,6 +20,7 @@ from runtime.errors import Retryable
 from runtime.reporting import ReportingPolicy
 from runtime.scheduler import AppendOutcome, Scheduler
 from runtime.store.engine import Database, Transaction
+from runtime.store.records import MailboxPart
 from tests.factories import THREAD as THREAD_REF
 from tests.factories import make_signal
 
@@ -52,7 +52,7 @@ class RefusesFirstAppend(Scheduler):
     refused = False
 
     def append_in(
-        self, session: Transaction, task_id: str, key: str, parts: Sequence[dict[str, Any]],
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
         author: str | None,
     ) -> AppendOutcome:
         if not self.refused:

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from routing.result import ACKNOWLEDGED, IngestResult
 from routing.signal import Signal
-from runtime.executor.budget import answer_of
+from runtime.answers import CONTINUE, budget_answer_of
 from runtime.reporting import ReportingPolicy, enqueue_ack
 from runtime.store.engine import Transaction
 from runtime.store.outbox import enqueue_post
@@ -80,7 +80,7 @@ def refuse_in(session: Transaction, record: SignalRecord, now: datetime) -> None
     refused = record.decision == "drop" and record.reason == "unauthorised"
     if not refused or record.kind == "action" or record.thread_ref is None:
         return
-    if answer_of(record.text) != "continue":
+    if budget_answer_of(record.text) != CONTINUE:
         return
     who = record.actor.get("name") or record.actor.get("id") or "someone"
     enqueue_post(

@@ -14,12 +14,11 @@ from types import MappingProxyType
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.policy import RoutingPolicy
 from routing.signal import (
-    ANSWER_ACTIONS,
-    APPROVE_REACTIONS,
     FAILED_CONCLUSIONS,
     DropReason,
     Signal,
 )
+from runtime.answers import ANSWER_BUTTONS, APPROVE_REACTIONS
 from runtime.ids import TaskId
 from runtime.store.records import Task, TaskStatus
 from runtime.threads import ThreadRef
@@ -214,7 +213,7 @@ def is_answer(signal: Signal) -> bool:
     if signal.kind == "reaction":
         return signal.reaction in APPROVE_REACTIONS
     if signal.kind == "action":
-        return signal.text.split(" ", 1)[0] in ANSWER_ACTIONS
+        return signal.text.split(" ", 1)[0] in ANSWER_BUTTONS
     return False
 
 

@@ -48,14 +48,10 @@ DROP_REASONS: frozenset[str] = frozenset(get_args(DropReason))
 
 # Reaction names (Slack shortcodes) that mean "stop" as surely as the word does.
 STOP_REACTIONS: frozenset[str] = frozenset({"octagonal_sign"})
-# Reactions that approve the call a task is waiting on, as the reply ``approve`` would.
-APPROVE_REACTIONS: frozenset[str] = frozenset({"white_check_mark", "heavy_check_mark"})
 # Check conclusions that ask for a fix.
 FAILED_CONCLUSIONS: frozenset[str] = frozenset(
     {"failure", "timed_out", "startup_failure", "action_required"}
 )
-# Keel's buttons whose click is an answer to the task's question (approval before a write).
-ANSWER_ACTIONS: frozenset[str] = frozenset({"approve", "reject", "continue"})
 
 _COMMAND_WORDS: Mapping[str, Command] = MappingProxyType(
     {

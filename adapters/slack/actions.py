@@ -25,8 +25,9 @@ from adapters.slack.signals import foreign_workspace
 from adapters.slack.surface import ACTION_PREFIX, call_slack
 from adapters.slack.workspaces import SlackClients
 from routing.result import IngestResult
-from routing.signal import ANSWER_ACTIONS, Actor, Ignored, Signal, slack_message_fact
+from routing.signal import Actor, Ignored, Signal, slack_message_fact
 from routing.sink import SignalSink
+from runtime.answers import ANSWER_BUTTONS, CALL_MARK
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
 from runtime.threads import BadThreadRef, SlackThread
@@ -122,7 +123,7 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
             is_self=False,
         ),
         # An answer names the call it answers, so a late click never approves another call.
-        text=f"{name} call={action.value}" if name in ANSWER_ACTIONS else name,
+        text=f"{name} {CALL_MARK}{action.value}" if name in ANSWER_BUTTONS else name,
         addresses_bot=True,
         command="stop" if name == "stop" else None,
         links=(),

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
+from runtime.answers import APPROVE, REJECT, Approval, approval_of
 from runtime.execution import ApprovalAsk, RunState
 from runtime.executor.context import ExecutorContext, Transition, goto
 from runtime.store import outbox, tool_calls
@@ -34,18 +35,6 @@ from runtime.surfaces import Action
 from runtime.tools.base import Previewable, ToolContext
 
 Next = Transition[Literal["await_approval", "dispatch_tools"]]
-
-# A button's text names its call: "approve call=<call id>".
-CALL_MARK = "call="
-APPROVE_WORDS = frozenset({"approve", "approved", "✅", ":white_check_mark:", ":heavy_check_mark:"})
-REJECT_WORDS = frozenset({"reject", "rejected", "deny", "❌", ":x:"})
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    verdict: Literal["approve", "reject"]
-    reason: str = ""
-
 
 def approval_key(call_id: str) -> str:
     return f"approval:{call_id}"
@@ -116,8 +105,8 @@ def _unaskable(run: Run, task: Task, ctx: ExecutorContext, call: ToolCallRecord)
 def approval_actions(call_id: str) -> tuple[Action, Action]:
     """Approve and Reject buttons; a click is the reply, naming its call."""
     return (
-        Action(name="approve", label="Approve", value=call_id, style="primary"),
-        Action(name="reject", label="Reject", value=call_id, style="danger"),
+        Action(name=APPROVE, label="Approve", value=call_id, style="primary"),
+        Action(name=REJECT, label="Reject", value=call_id, style="danger"),
     )
 
 
@@ -164,7 +153,7 @@ async def await_approval(run: Run, task: Task, ctx: ExecutorContext) -> Next:
         return goto(run, "await_approval", after="wait")
     for message in messages:
         fresh = message.seq > question.after
-        answer = answer_of(message.text, question.call_id) if fresh else None
+        answer = approval_of(message.text, question.call_id) if fresh else None
         if answer is not None:
             return _answered(run, task, ctx, question, message, answer)
     return goto(run, "await_approval", mailbox_position=messages[-1].seq, after="wait")
@@ -176,14 +165,14 @@ def _answered(
     ctx: ExecutorContext,
     question: ApprovalAsk,
     message: MailboxMessage,
-    answer: Answer,
+    answer: Approval,
 ) -> Next:
     call_id, name, asked = question.call_id, question.name, question.body
     sender = message.sender
     who = (sender.name if sender else None) or message.author or "someone"
     state = replace(run.state, approval_ask=None)
     now = ctx.clock.now()
-    if answer.verdict == "approve":
+    if answer.verdict == APPROVE:
         state = replace(state, approved_calls=(*state.approved_calls, call_id))
 
         def approved(session: Transaction) -> None:
@@ -208,23 +197,6 @@ def _answered(
     return goto(
         run, "dispatch_tools", state=state, mailbox_position=message.seq, writes=(rejected,)
     )
-
-
-def answer_of(text: str, call_id: str) -> Answer | None:
-    """``approve`` or ``reject <reason>`` as the reply's first word (after any mention of us);
-    a button's ``call=<id>`` must name this call."""
-    words = [w for w in text.split() if not w.startswith(("<@", "@"))]
-    named = [w for w in words if w.startswith(CALL_MARK)]
-    if named and named[0].removeprefix(CALL_MARK) != call_id:
-        return None
-    words = [w for w in words if not w.startswith(CALL_MARK)]
-    first = words[0].lower().strip(".!?,:;`*_") if words else ""
-    if first in APPROVE_WORDS or (words and words[0] in APPROVE_WORDS):
-        return Answer("approve")
-    if first in REJECT_WORDS or (words and words[0] in REJECT_WORDS):
-        reason = " ".join(words[1:]).lstrip(":-— ").strip()
-        return Answer("reject", reason)
-    return None
 
 
 def replay_position(run: Run) -> int:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from runtime.answers import CONTINUE, budget_answer_of
 from runtime.config import AgentLimits
 from runtime.execution import Limit
 from runtime.executor import brief, fitting, wip
@@ -33,8 +34,6 @@ from runtime.store.records import MailboxMessage, Task
 from runtime.store.transcripts import TranscriptEntry
 from runtime.store.usage import UsageTotals
 from runtime.surfaces import Action
-
-Answer = Literal["continue", "stop"]
 
 
 def budget_key(task_id: str, grants: int) -> str:
@@ -116,7 +115,7 @@ def _activation_since(run: Run) -> datetime | None:
 
 def continue_action(task_id: str) -> Action:
     """The Continue button under the question: a click is the reply ``continue``."""
-    return Action(name="continue", label="Continue", value=task_id, style="primary")
+    return Action(name=CONTINUE, label="Continue", value=task_id, style="primary")
 
 
 def reached_budget(limits: AgentLimits, spent: UsageTotals, grants: int) -> str | None:
@@ -200,7 +199,7 @@ async def _answered(
     """The replies enter the transcript; the first ``continue`` or ``stop`` decides."""
     answer, position = None, messages[-1].seq
     for message in messages:
-        answer = answer_of(message.text)
+        answer = budget_answer_of(message.text)
         if answer is not None:
             position = message.seq  # later replies are read after resuming
             break
@@ -235,13 +234,6 @@ async def _answered(
                 after="wait",
                 wake_at=until,
             )
-
-
-def answer_of(text: str) -> Answer | None:
-    """``continue`` or ``stop`` as the reply's first word (after any mention of us)."""
-    words = [w for w in text.lower().split() if not w.startswith(("<@", "@"))]
-    first = words[0].strip(".!?,:;`*_") if words else ""
-    return first if first in ("continue", "stop") else None  # type: ignore[return-value]
 
 
 def _exhausted(ask: dict[str, Any]) -> str:

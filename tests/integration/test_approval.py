@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from runtime.executor.approval import Answer, answer_of
+from runtime.answers import Approval, approval_of
 from runtime.scheduler import Appended, Duplicate
 from runtime.store import deliveries, executions, outbox, tool_calls, transcripts
 from runtime.store.records import TaskStatus
@@ -149,14 +149,14 @@ async def test_stop_while_waiting_for_approval_ends_the_task_without_the_write(
 
 
 def test_answer_is_approve_or_reject_with_its_reason_when_replies_are_read() -> None:
-    assert answer_of("<@U0KEEL> Approve.", "c1") == Answer("approve")
-    assert answer_of(":white_check_mark:", "c1") == Answer("approve")
-    assert answer_of("approve call=c1", "c1") == Answer("approve")
-    assert answer_of("approve call=c0", "c1") is None
-    assert answer_of("reject: the base is wrong", "c1") == Answer("reject", "the base is wrong")
-    assert answer_of("reject call=c1", "c1") == Answer("reject", "")
-    assert answer_of("I approve of nothing", "c1") is None
-    assert answer_of("", "c1") is None
+    assert approval_of("<@U0KEEL> Approve.", "c1") == Approval("approve")
+    assert approval_of(":white_check_mark:", "c1") == Approval("approve")
+    assert approval_of("approve call=c1", "c1") == Approval("approve")
+    assert approval_of("approve call=c0", "c1") is None
+    assert approval_of("reject: the base is wrong", "c1") == Approval("reject", "the base is wrong")
+    assert approval_of("reject call=c1", "c1") == Approval("reject", "")
+    assert approval_of("I approve of nothing", "c1") is None
+    assert approval_of("", "c1") is None
 
 
 async def test_a_task_without_a_thread_is_refused_the_write_instead_of_waiting_forever(

@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from runtime.answers import budget_answer_of
 from runtime.config import ModelPrice
 from runtime.executor.accounting import Accounting
-from runtime.executor.budget import answer_of
 from runtime.scheduler import Appended, Duplicate
 from runtime.store import deliveries, executions, outbox, transcripts, usage
 from runtime.store.records import TaskStatus
@@ -105,11 +105,11 @@ async def test_task_ends_as_budget_exhausted_with_its_summary_when_nobody_answer
 
 
 def test_answer_is_the_first_word_after_a_mention_when_replies_are_read() -> None:
-    assert answer_of("<@U0KEEL> Continue.") == "continue"
-    assert answer_of("stop") == "stop"
-    assert answer_of("@keel continue with the plan") == "continue"
-    assert answer_of("please do not continue") is None
-    assert answer_of("") is None
+    assert budget_answer_of("<@U0KEEL> Continue.") == "continue"
+    assert budget_answer_of("stop") == "stop"
+    assert budget_answer_of("@keel continue with the plan") == "continue"
+    assert budget_answer_of("please do not continue") is None
+    assert budget_answer_of("") is None
 
 
 async def test_resident_role_budget_counts_each_event_alone_when_it_lives_on(

@@ -24,10 +24,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# One pytest worker per core of the CI machine; worksteal hands the long recovery tests'
-# neighbours to the idle worker instead of queueing them behind one. The kill-point matrices
-# run a sample here (one point of each kind) and whole in `make soak`.
-TEST_WORKERS ?= 2
+# Two pytest workers per core of the CI machine: most of a test's time is spent waiting (on
+# subprocesses, servers and sandboxes; two workers kept the two cores under half busy), so a
+# second pair fills it. worksteal hands the long recovery tests' neighbours to an idle worker
+# instead of queueing them behind one. The kill-point matrices run a sample here (one point of
+# each kind) and whole in `make soak`.
+TEST_WORKERS ?= 4
 
 test: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal

@@ -1,8 +1,9 @@
 """Webhook ingress: the routes Slack and GitHub call, and the body-size limit in front of them.
 
-The routes verify, translate and hand each outcome to a ``SignalSink``, and answer only after
-the sink returned (the sink commits the Signal and its route decision). A sink that raises
-``Retryable`` (the database is away) turns into 503, so the provider delivers again.
+The routes verify, translate and hand each outcome to a ``SignalSink`` (``routing/sink.py``),
+and answer only after the sink returned (the sink commits the Signal and its route decision).
+A sink that raises ``Retryable`` (the database is away) turns into 503, so the provider
+delivers again.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from adapters.slack.app import (
     SLACK_INTERACTIVITY_PATH,
     SLACK_REDIRECT_PATH,
 )
-from routing.sink import RoutedSink, SignalSink
 
 GITHUB_WEBHOOK_PATH = "/github/webhook"
-__all__ = ["GITHUB_WEBHOOK_PATH", "RoutedSink", "SignalSink", "create_ingress_router"]
+__all__ = ["GITHUB_WEBHOOK_PATH", "create_ingress_router"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -136,7 +136,9 @@ def _post_line(post: views.OutboxView) -> str:
 
 def cancel_task(config: AppConfig, task_id: str) -> None:
     db = _db(config)
-    done = asyncio.run(Scheduler(db).request_cancel(task_id, "canceled from the CLI", "cli"))
+    scheduler = Scheduler(db)
+    cancel = scheduler.request_cancel
+    done = asyncio.run(scheduler.transact(cancel, task_id, "canceled from the CLI", "cli"))
     db.close()
     if not done:
         typer.echo(f"{task_id} is missing or already finished", err=True)

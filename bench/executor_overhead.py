@@ -95,8 +95,12 @@ async def transitions_per_s(db: Database) -> Rate:
     scheduler = ctx.scheduler
     runner = TimedRunner(ctx)
     worker = Worker(scheduler, runner, concurrency=TASKS, poll_interval_s=0.01)
-    ids = [(await scheduler.schedule(TaskSpec(agent="default", message="go"))).task.task_id
-           for _ in range(TASKS)]
+    ids = [
+        (
+            await scheduler.transact(scheduler.schedule, TaskSpec(agent="default", message="go"))
+        ).task.task_id
+        for _ in range(TASKS)
+    ]
     started, cpu = time.perf_counter(), time.process_time()
     running = asyncio.create_task(worker.run())
     for task_id in ids:  # sparse polling: the monitor must not compete for the database
@@ -129,9 +133,14 @@ def measure(url_factory: Any, cpu: list[tuple[float, float]]) -> tuple[float, fl
 def cpu_figure(name: str, runs: list[tuple[float, float]], target: float) -> Figure:
     """The worker's CPU per phase (the bench process is the worker: the monitor polls every
     100 ms), median of the runs; baseline, for scale: CPU per raw commit."""
-    return Figure(name, statistics.median(c for c, _ in runs),
-                  statistics.median(b for _, b in runs), target, higher_is_better=False,
-                  judged_on="value")
+    return Figure(
+        name,
+        statistics.median(c for c, _ in runs),
+        statistics.median(b for _, b in runs),
+        target,
+        higher_is_better=False,
+        judged_on="value",
+    )
 
 
 def sqlite_urls(folder: Path) -> Any:
@@ -157,14 +166,22 @@ def main() -> int:
     cpu: list[Figure] = []
     sqlite_cpu: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as folder:
-        figures.append(median_figure("executor_phases_per_s_sqlite", RUNS,
-                                     lambda: measure(sqlite_urls(Path(folder)), sqlite_cpu),
-                                     0.5))
+        figures.append(
+            median_figure(
+                "executor_phases_per_s_sqlite",
+                RUNS,
+                lambda: measure(sqlite_urls(Path(folder)), sqlite_cpu),
+                0.5,
+            )
+        )
     cpu.append(cpu_figure("worker_cpu_ms_per_phase_sqlite", sqlite_cpu, 2.0))
     if postgres_available():
         pg_cpu: list[tuple[float, float]] = []
-        figures.append(median_figure("executor_phases_per_s_postgresql", RUNS,
-                                     lambda: measure(pg_urls(), pg_cpu), 0.5))
+        figures.append(
+            median_figure(
+                "executor_phases_per_s_postgresql", RUNS, lambda: measure(pg_urls(), pg_cpu), 0.5
+            )
+        )
         cpu.append(cpu_figure("worker_cpu_ms_per_phase_postgresql", pg_cpu, 3.0))
     else:
         print("PostgreSQL not reachable: skipping its figure", file=sys.stderr)
@@ -172,8 +189,11 @@ def main() -> int:
         print(figure.result_line())
     # The SQLite figure is the headline: it is printed last, under the issue's name.
     headline = figures[0]
-    print(Figure("executor_phases_per_s", headline.value, headline.baseline, 0.5,
-                 ratios=headline.ratios).result_line())
+    print(
+        Figure(
+            "executor_phases_per_s", headline.value, headline.baseline, 0.5, ratios=headline.ratios
+        ).result_line()
+    )
     return 0
 
 

@@ -197,8 +197,12 @@ async def tick_latency(db: Database) -> float:
     runner = TimedRunner(ctx)
     runner.durations = []
     worker = Worker(scheduler, runner, concurrency=1, poll_interval_s=0.01)
-    ids = [(await scheduler.schedule(TaskSpec(agent="default", message="go"))).task.task_id
-           for _ in range(PROBE_TASKS)]
+    ids = [
+        (
+            await scheduler.transact(scheduler.schedule, TaskSpec(agent="default", message="go"))
+        ).task.task_id
+        for _ in range(PROBE_TASKS)
+    ]
     running = asyncio.create_task(worker.run())
     for task_id in ids:
         while not ((t := await scheduler.get(task_id)) and t.status.is_terminal):
@@ -210,9 +214,13 @@ async def tick_latency(db: Database) -> float:
 
 async def mailbox_latency(db: Database) -> float:
     scheduler = Scheduler(db)
-    task = (await scheduler.schedule(TaskSpec(agent="default", message="probe"))).task
+    task = (
+        await scheduler.transact(scheduler.schedule, TaskSpec(agent="default", message="probe"))
+    ).task
     for n in range(5):
-        await scheduler.append_mailbox(task.task_id, f"probe-{n}", [TextPart("hi")])
+        await scheduler.transact(
+            scheduler.append_mailbox, task.task_id, f"probe-{n}", [TextPart("hi")]
+        )
     samples = []
     for _ in range(MAILBOX_READS):
         started = time.perf_counter()
@@ -234,9 +242,13 @@ async def pending_scan_latency(db: Database) -> float:
 def probe(path: Path) -> tuple[float, float, float]:
     db = Database.from_url(f"sqlite:///{path}")
     try:
+
         async def all_three() -> tuple[float, float, float]:
-            return (await tick_latency(db), await mailbox_latency(db),
-                    await pending_scan_latency(db))
+            return (
+                await tick_latency(db),
+                await mailbox_latency(db),
+                await pending_scan_latency(db),
+            )
 
         return asyncio.run(all_three())
     finally:
@@ -247,8 +259,9 @@ def ms_figure(name: str, pairs: Iterable[tuple[float, float]]) -> Figure:
     pairs = list(pairs)
     large = statistics.median(p[1] for p in pairs) * 1000
     small = statistics.median(p[0] for p in pairs) * 1000
-    return Figure(name, large, small, 1.2, higher_is_better=False,
-                  ratios=tuple(b / a for a, b in pairs if a))
+    return Figure(
+        name, large, small, 1.2, higher_is_better=False, ratios=tuple(b / a for a, b in pairs if a)
+    )
 
 
 def main() -> int:
@@ -260,10 +273,11 @@ def main() -> int:
         runs = [(probe(databases[SMALL]), probe(databases[LARGE])) for _ in range(RUNS)]
     for size, found in sizes.items():
         print(f"  history {size}: " + ", ".join(f"{n} {t}" for t, n in found.items()))
-    print(f"  history built in {made:.0f} s; values are the {LARGE // 1000}k database, "
-          f"baselines the {SMALL // 1000}k one (ms)")
-    print(ms_figure("growth_pending_signal_scan_ms",
-                    ((s[2], b[2]) for s, b in runs)).result_line())
+    print(
+        f"  history built in {made:.0f} s; values are the {LARGE // 1000}k database, "
+        f"baselines the {SMALL // 1000}k one (ms)"
+    )
+    print(ms_figure("growth_pending_signal_scan_ms", ((s[2], b[2]) for s, b in runs)).result_line())
     print(ms_figure("growth_mailbox_read_ms", ((s[1], b[1]) for s, b in runs)).result_line())
     print(ms_figure("growth_tick_ms", ((s[0], b[0]) for s, b in runs)).result_line())
     return 0

@@ -103,7 +103,7 @@ async def first_call_seconds(folder: Path) -> tuple[float, float, str]:
         for n in range(2):
             started = time.monotonic()
             spec = TaskSpec(agent="default", message="go", repo="bench", objective_key=f"b{n}")
-            task = (await keel.scheduler.schedule(spec)).task
+            task = (await keel.scheduler.transact(keel.scheduler.schedule, spec)).task
             for _ in range(30_000):
                 if task.task_id in timer.first:
                     break

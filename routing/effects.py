@@ -14,6 +14,7 @@ from routing.router import Append, Daemon, Drop, NewTask, Route, Stop
 from runtime.ids import TaskId
 from runtime.scheduler import AlreadyTerminal, Appended, Duplicate, NotFound, Scheduler
 from runtime.store import signals as store
+from runtime.store import tasks
 from runtime.store.engine import Transaction
 from runtime.store.records import SenderPart, TaskSpec, TextPart
 from runtime.store.signals import SignalRecord
@@ -88,7 +89,7 @@ class Effects:
         key = record.dedupe_key
         text = _event_text(record) if decision == "daemon" else record.text
         parts = (TextPart(text), _sender_part(record))
-        outcome = self.scheduler.append_in(session, target, key, parts, _actor_id(record))
+        outcome = self.scheduler.append_mailbox(session, target, key, parts, _actor_id(record))
         attempt_in = self.ledger.attempt_in
         match outcome:
             case Appended() | Duplicate():
@@ -110,7 +111,7 @@ class Effects:
                 assert_never(outcome)
 
     def _read_back_in(self, session: Transaction, task_id: TaskId) -> ReadBack:
-        task = self.scheduler.get_in(session, task_id)
+        task = tasks.get_task(session, task_id)
         if task is None:
             return "missing"
         return "terminal" if task.status.is_terminal else "active"
@@ -125,7 +126,7 @@ class Effects:
             self.ledger.attempt_in(session, record, existing.task_id, key, "found_created")
             return self.ledger.settle_in(session, record, fresh.decision, None, existing.task_id)
         spec = self._spec(record, fresh, follows, key)
-        task_id = self.scheduler.schedule_in(session, spec).task.task_id
+        task_id = self.scheduler.schedule(session, spec).task.task_id
         self.ledger.attempt_in(session, record, task_id, key, "scheduled")
         reason = f"follows {follows}" if follows else None
         return self.ledger.settle_in(session, record, fresh.decision, reason, task_id)
@@ -133,7 +134,9 @@ class Effects:
     def _stop_in(self, session: Transaction, record: SignalRecord, target: TaskId) -> IngestResult:
         key = _stop_key(record)
         who = str(record.actor.get("name") or _actor_id(record) or "someone")
-        stopped = self.scheduler.cancel_in(session, target, f"stop from {who}", _actor_id(record))
+        stopped = self.scheduler.request_cancel(
+            session, target, f"stop from {who}", _actor_id(record)
+        )
         outcome = "cancel_requested" if stopped else "idle"
         self.ledger.attempt_in(session, record, target, key, outcome)
         if stopped:

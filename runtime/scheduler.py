@@ -7,9 +7,10 @@ Expected outcomes are typed results, not exceptions. Only this module writes tas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Concatenate, ParamSpec, TypeVar
 
 from runtime.clock import Clock, SystemClock
 from runtime.ids import new_task_id
@@ -27,6 +28,9 @@ from runtime.store.records import (
     TaskSpec,
     TaskStatus,
 )
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 # Cancel deliveries sort ahead of anything queued.
 _PRIORITY = timedelta(days=3650)
@@ -101,20 +105,39 @@ class Scheduler:
         self.lease_seconds = lease_seconds
         self.leases = Leases(db, self.clock, lease_seconds)
 
-    # -- creation -------------------------------------------------------------------------
+    # -- running an operation ------------------------------------------------------------
 
-    async def schedule(self, spec: TaskSpec) -> Scheduled:
+    async def transact(
+        self, op: Callable[Concatenate[Transaction, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``op(session, *args, **kwargs)`` in a transaction of its own, then wake this
+        process's workers and outbox unless the outcome says nothing became runnable (a
+        duplicate, a refusal, an empty sweep): ``await scheduler.transact(scheduler.schedule,
+        spec)``.
+
+        Every operation takes the caller's session, so routing and the executor put theirs
+        in the transaction that records why; this is the doorway for a caller with nothing
+        else to write (``op`` may be any function of a session, to run several operations in
+        one transaction). A unique violation means a concurrent writer won an insert race and
+        the transaction rolled back: it runs once more and finds the winner's row (a child's
+        key, a mailbox key), as the operations read before they insert.
+        """
+
+        def work(session: Transaction) -> T:
+            return op(session, *args, **kwargs)
+
         try:
-            outcome = await self.db.run(lambda s: self.schedule_in(s, spec))
+            outcome = await self.db.run(work)
         except UniqueViolation:
-            # A concurrent creator won the (parent_id, child_key) race: return its child.
-            outcome = await self.db.run(lambda s: self.schedule_in(s, spec))
-        if outcome.created:
+            outcome = await self.db.run(work)
+        if _made_work(outcome):
             self.wake()
         return outcome
 
-    def schedule_in(self, session: Transaction, spec: TaskSpec) -> Scheduled:
-        """Create the task in the caller's transaction; the caller wakes workers after commit."""
+    # -- creation -------------------------------------------------------------------------
+
+    def schedule(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+        """Create the task; the caller wakes workers after commit (``transact`` does)."""
         now = self.clock.now()
         parent = q.lock_task(session, spec.parent_id) if spec.parent_id else None
         if spec.parent_id and parent is None:
@@ -127,21 +150,12 @@ class Scheduler:
         notify_in(self.db, session)
         return Scheduled(task, created=True)
 
-    async def schedule_child(self, spec: TaskSpec, *, max_tree_tasks: int) -> Scheduled | TreeFull:
+    def schedule_child(
+        self, session: Transaction, spec: TaskSpec, *, max_tree_tasks: int
+    ) -> Scheduled | TreeFull:
         """A child task, unless its tree already holds ``max_tree_tasks`` tasks (a resident
         root's tree: those made in its current activation). The child made before under the
         same key is returned whatever the tree's size."""
-        try:
-            outcome = await self.db.run(lambda s: self._schedule_child(s, spec, max_tree_tasks))
-        except UniqueViolation:
-            outcome = await self.db.run(lambda s: self._schedule_child(s, spec, max_tree_tasks))
-        if isinstance(outcome, Scheduled) and outcome.created:
-            self.wake()
-        return outcome
-
-    def _schedule_child(
-        self, session: Transaction, spec: TaskSpec, max_tree_tasks: int
-    ) -> Scheduled | TreeFull:
         assert spec.parent_id is not None and spec.child_key is not None
         parent = q.get_task(session, spec.parent_id)
         if parent is None:
@@ -155,16 +169,10 @@ class Scheduler:
         size = q.tree_size(session, parent.root_id, since=_activation_of(session, parent.root_id))
         if size >= max_tree_tasks:
             return TreeFull(size)
-        return self.schedule_in(session, spec)
+        return self.schedule(session, spec)
 
-    async def sweep(self, *, limit: int = 100) -> SweepReport:
+    def sweep(self, session: Transaction, *, limit: int = 100) -> SweepReport:
         """Expired leases become one recovery delivery each; overdue tasks become timed_out."""
-        report = await self.db.run(lambda s: self._sweep(s, limit))
-        if report.recovered or report.timed_out:
-            self.wake()
-        return report
-
-    def _sweep(self, session: Transaction, limit: int) -> SweepReport:
         now = self.clock.now()
         expired = executions.take_back_expired(session, now, limit)
         for task_id in expired:
@@ -179,32 +187,15 @@ class Scheduler:
 
     # -- mailbox --------------------------------------------------------------------------
 
-    async def append_mailbox(
-        self,
-        task_id: str,
-        idempotency_key: str,
-        parts: Sequence[MailboxPart],
-        author: str | None = None,
-    ) -> AppendOutcome:
-        def work(session: Transaction) -> AppendOutcome:
-            return self.append_in(session, task_id, idempotency_key, parts, author)
-
-        try:
-            outcome = await self.db.run(work)
-        except UniqueViolation:
-            outcome = await self.db.run(work)  # lost a same-key race: now a Duplicate
-        if isinstance(outcome, Appended):
-            self.wake()
-        return outcome
-
-    def append_in(
+    def append_mailbox(
         self,
         session: Transaction,
         task_id: str,
         key: str,
         parts: Sequence[MailboxPart],
-        author: str | None,
+        author: str | None = None,
     ) -> AppendOutcome:
+        """Append once per (task, key): a second append under the key is a ``Duplicate``."""
         now = self.clock.now()
         task = q.lock_task(session, task_id)
         if task is None:
@@ -225,7 +216,7 @@ class Scheduler:
 
     # -- waiting, cancel and results ------------------------------------------------------
 
-    def enter_waiting_in(self, session: Transaction, task_id: str) -> bool:
+    def enter_waiting(self, session: Transaction, task_id: str) -> bool:
         """Park a running task; refused (False) if input arrived it has not read yet."""
         now = self.clock.now()
         task = q.lock_task(session, task_id)
@@ -244,19 +235,15 @@ class Scheduler:
             deliveries.add_delivery(session, task_id, "wake", now, now)
             notify_in(self.db, session)
 
-    async def request_cancel(self, task_id: str, reason: str, requested_by: str | None) -> bool:
+    def request_cancel(
+        self, session: Transaction, task_id: str, reason: str, requested_by: str | None
+    ) -> bool:
         """Record a stop; False if the task is missing or already terminal."""
-        done = await self.db.run(lambda s: self.cancel_in(s, task_id, reason, requested_by))
-        if done:
-            self.wake()
-        return done
-
-    def cancel_in(self, session: Transaction, task_id: str, reason: str, by: str | None) -> bool:
         task = q.lock_task(session, task_id)
         now = self.clock.now()  # read under the lock, so the stop time orders with dispatch
         if task is None or task.status.is_terminal:
             return False
-        q.record_cancel(session, task_id, now, reason, by)
+        q.record_cancel(session, task_id, now, reason, requested_by)
         self._wake_for_stop(session, task_id, now)
         for child in q.active_descendants(session, task):
             self._wake_for_stop(session, child.task_id, now)
@@ -281,12 +268,7 @@ class Scheduler:
 
         return await self.db.read(requested)
 
-    async def report_result(self, task_id: str, result: TaskResult) -> ReportOutcome:
-        outcome = await self.db.run(lambda s: self.report_result_in(s, task_id, result))
-        self.wake()
-        return outcome
-
-    def report_result_in(
+    def report_result(
         self, session: Transaction, task_id: str, result: TaskResult
     ) -> ReportOutcome:
         if not result.status.is_terminal:
@@ -307,10 +289,8 @@ class Scheduler:
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> Task | None:
-        return await self.db.read(lambda s: self.get_in(s, task_id))
-
-    def get_in(self, session: Transaction, task_id: str) -> Task | None:
-        return q.get_task(session, task_id)
+        """One task, read outside any write transaction."""
+        return await self.db.read(lambda s: q.get_task(s, task_id))
 
     def wake(self) -> None:
         """After a commit that made work runnable: wake this process's workers and outbox."""
@@ -319,6 +299,21 @@ class Scheduler:
     async def history(self, task_id: str) -> list[StatusChange]:
         return await self.db.read(lambda s: q.status_history(s, task_id))
 
+
+def _made_work(outcome: object) -> bool:
+    """Whether an operation's outcome may have made work runnable (anything not known to be
+    a no-op counts, so a function running several operations always wakes)."""
+    match outcome:
+        case Scheduled(created=created):
+            return created
+        case SweepReport(recovered=recovered, timed_out=timed_out):
+            return bool(recovered or timed_out)
+        case bool():
+            return outcome
+        case Duplicate() | AlreadyTerminal() | NotFound() | Missing() | TreeFull():
+            return False
+        case _:
+            return True
 
 
 def _activation_of(session: Transaction, root_id: str) -> datetime | None:

@@ -126,7 +126,7 @@ class Worker:
         interval = max(0.5, self.scheduler.lease_seconds / 3)
         while True:
             try:
-                await self.scheduler.sweep()
+                await self.scheduler.transact(self.scheduler.sweep)
             except Exception:  # loop boundary: try again next round
                 log.exception("sweep failed")
             await asyncio.sleep(interval)

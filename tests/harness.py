@@ -87,7 +87,8 @@ class Stack:
 
 async def schedule_task(db: Database, **overrides: Any) -> Task:
     """A task scheduled from ``make_spec(**overrides)`` (system clock, default lease)."""
-    return (await Scheduler(db).schedule(make_spec(**overrides))).task
+    scheduler = Scheduler(db)
+    return (await scheduler.transact(scheduler.schedule, make_spec(**overrides))).task
 
 
 async def until(predicate: Callable[[], Awaitable[object]], timeout: float = 30) -> None:

@@ -231,7 +231,7 @@ def build_api(db: Database, scheduler: Scheduler, *, auth: Auth) -> APIRouter:
     )
     async def cancel_task(task_id: str) -> CancelOut:
         await _ensure_active(scheduler, task_id)
-        if not await scheduler.request_cancel(
+        if not await scheduler.transact(scheduler.request_cancel,
             task_id, reason="canceled from the API", requested_by="api"
         ):
             await _ensure_active(scheduler, task_id)  # it finished in between: say how

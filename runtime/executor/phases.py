@@ -361,7 +361,7 @@ def _finish(
         locked = q.lock_task(session, task.task_id) if unread_guard else None
         if locked is not None and locked.mailbox_seq > run.mailbox_position:
             raise StaleWrite(f"task {task.task_id} got input while finishing")
-        ctx.scheduler.report_result_in(session, task.task_id, result)
+        ctx.scheduler.report_result(session, task.task_id, result)
         final = stored_result(session, task, result)
         ctx.reporter.on_finished(session, task, final)
 

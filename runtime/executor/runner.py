@@ -135,7 +135,7 @@ class Runner:
                 scheduler.leases.release(session, lease, at)
             case "wait":
                 # Refused when input arrived meanwhile: then tick again at once.
-                parked = scheduler.enter_waiting_in(session, run.task_id)
+                parked = scheduler.enter_waiting(session, run.task_id)
                 scheduler.leases.release(session, lease, transition.wake_at if parked else now)
             case "done":
                 scheduler.leases.release(session, lease, None)

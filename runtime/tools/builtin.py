@@ -70,7 +70,9 @@ class Delegate:
             objective_key=f"child:{ctx.task_id}:{ctx.call_id}",
         )
         cap = root_agent.limits.max_tree_tasks
-        match await self.scheduler.schedule_child(spec, max_tree_tasks=cap):
+        match await self.scheduler.transact(
+            self.scheduler.schedule_child, spec, max_tree_tasks=cap
+        ):
             case Scheduled(task=child):
                 return Completed(json.dumps({"task_id": child.task_id, "agent": agent}))
             case TreeFull(size=size):

@@ -38,7 +38,7 @@ async def run_one(keel: Keel, spec: TaskSpec, timeout_s: float) -> Task | None:
     await keel.connect()
     await keel.start()
     try:
-        task = (await keel.scheduler.schedule(spec)).task
+        task = (await keel.scheduler.transact(keel.scheduler.schedule, spec)).task
         current = None
         for _ in range(round(timeout_s / 0.05)):
             current = await keel.scheduler.get(task.task_id)

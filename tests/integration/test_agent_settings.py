@@ -30,7 +30,7 @@ def coder_stack(db_url: str, folder: Path, script: Any, coder: AgentConfig) -> S
 
 
 async def run_coder(stack: Stack) -> Any:
-    task = (await stack.scheduler.schedule(make_spec(agent="coder"))).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="coder"))).task
     return await stack.run_until_terminal(task.task_id)
 
 
@@ -76,7 +76,7 @@ async def test_approval_is_the_agents_own_when_it_is_not_default(
     script = turns(call("create_thing", title="release"), {"say": "done"})
     coder = agent(["create_thing"]).model_copy(update={"require_approval": ("create_thing",)})
     stack = coder_stack(db_url, tmp_path, script, coder)
-    task = (await stack.scheduler.schedule(make_spec(agent="coder"))).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="coder"))).task
 
     async def parked() -> bool:
         run = await stack.db.read(lambda s: executions.load_run(s, task.task_id))
@@ -96,8 +96,10 @@ async def test_mailbox_template_is_the_agents_own_when_it_is_not_default(
     )
     coder = agent(["lookup"]).model_copy(update={"mailbox_template": "CODER-MAIL {text}"})
     stack = coder_stack(db_url, tmp_path, script, coder)
-    task = (await stack.scheduler.schedule(make_spec(agent="coder"))).task
-    await stack.scheduler.append_mailbox(task.task_id, "slack:more", [text_part("also Safari")])
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="coder"))).task
+    await stack.scheduler.transact(
+        stack.scheduler.append_mailbox, task.task_id, "slack:more", [text_part("also Safari")]
+    )
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
 
@@ -114,7 +116,7 @@ async def test_delegation_depth_is_the_agents_own_when_it_is_not_default(
 
 async def test_task_fails_when_its_agent_is_not_configured(db_url: str, tmp_path: Path) -> None:
     stack = coder_stack(db_url, tmp_path, turns({"say": "done"}), agent(["lookup"]))
-    task = (await stack.scheduler.schedule(make_spec(agent="ghost"))).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="ghost"))).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.failed
     assert final.result is not None

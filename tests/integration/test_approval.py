@@ -56,14 +56,16 @@ def effects(stack: Stack) -> list[str]:
 
 
 async def reply(stack: Stack, task_id: str, key: str, text: str) -> object:
-    return await stack.scheduler.append_mailbox(task_id, key, [text_part(text)])
+    return await stack.scheduler.transact(
+        stack.scheduler.append_mailbox, task_id, key, [text_part(text)]
+    )
 
 
 async def test_write_waits_for_approve_and_runs_once_when_approved_twice(
     db_url: str, tmp_path: Path
 ) -> None:
     stack = approval_stack(db_url, tmp_path, expect=("looks risky", "approve"))
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     async with stack.working():
         await until(lambda: parked(stack, task.task_id))
         # A stale wake-up parks again without asking again; a remark is no answer.
@@ -100,7 +102,7 @@ async def test_reject_reason_reaches_the_model_as_the_result_when_a_person_rejec
     db_url: str, tmp_path: Path
 ) -> None:
     stack = approval_stack(db_url, tmp_path, expect=("not on a Friday",))
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     async with stack.working():
         await until(lambda: parked(stack, task.task_id))
         await reply(stack, task.task_id, "slack:no", "reject: not on a Friday")
@@ -122,7 +124,7 @@ async def test_nothing_runs_when_the_answer_names_another_call_or_came_before_th
     db_url: str, tmp_path: Path
 ) -> None:
     stack = approval_stack(db_url, tmp_path)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     # An approval written before the question was asked approves nothing.
     await reply(stack, task.task_id, "slack:early", "approve")
     async with stack.working():
@@ -140,10 +142,12 @@ async def test_stop_while_waiting_for_approval_ends_the_task_without_the_write(
     db_url: str, tmp_path: Path
 ) -> None:
     stack = approval_stack(db_url, tmp_path)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     async with stack.working():
         await until(lambda: parked(stack, task.task_id))
-        assert await stack.scheduler.request_cancel(task.task_id, "stopped on request", "U1")
+        assert await stack.scheduler.transact(
+            stack.scheduler.request_cancel, task.task_id, "stopped on request", "U1"
+        )
         final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.canceled and effects(stack) == []
 
@@ -163,7 +167,9 @@ async def test_a_task_without_a_thread_is_refused_the_write_instead_of_waiting_f
     db_url: str, tmp_path: Path
 ) -> None:
     stack = approval_stack(db_url, tmp_path, expect=("only the task that owns the conversation",))
-    task = (await stack.scheduler.schedule(make_spec(origin_thread_ref=None))).task
+    task = (
+        await stack.scheduler.transact(stack.scheduler.schedule, make_spec(origin_thread_ref=None))
+    ).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded and effects(stack) == []
     assert await asks(stack, task.task_id) == []

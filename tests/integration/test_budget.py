@@ -51,7 +51,7 @@ async def test_task_parks_asks_once_resumes_on_continue_and_ends_on_stop_when_ov
     db_url: str, tmp_path: Path
 ) -> None:
     stack = budget_stack(db_url, tmp_path)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     async with stack.working():
         await until(lambda: _parked(stack, task.task_id, 1))
         spent = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
@@ -65,17 +65,25 @@ async def test_task_parks_asks_once_resumes_on_continue_and_ends_on_stop_when_ov
         assert "reached its budget of $1.00" in ask.body and "reply `continue`" in ask.body.lower()
         assert "So far: lookup ×" in ask.body
 
-        first = await stack.scheduler.append_mailbox(
-            task.task_id, "slack:reply-1", [text_part("<@U0KEEL> continue please")]
+        first = await stack.scheduler.transact(
+            stack.scheduler.append_mailbox,
+            task.task_id,
+            "slack:reply-1",
+            [text_part("<@U0KEEL> continue please")],
         )
-        again = await stack.scheduler.append_mailbox(
-            task.task_id, "slack:reply-1", [text_part("<@U0KEEL> continue please")]
+        again = await stack.scheduler.transact(
+            stack.scheduler.append_mailbox,
+            task.task_id,
+            "slack:reply-1",
+            [text_part("<@U0KEEL> continue please")],
         )
         assert isinstance(first, Appended) and isinstance(again, Duplicate)
         await until(lambda: _parked(stack, task.task_id, 2))
         spent = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
         assert 2.0 <= spent.cost_usd < 3.0  # one grant: one more budget, not two
-        await stack.scheduler.append_mailbox(task.task_id, "slack:reply-2", [text_part("stop")])
+        await stack.scheduler.transact(
+            stack.scheduler.append_mailbox, task.task_id, "slack:reply-2", [text_part("stop")]
+        )
         final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.canceled
     assert final.result is not None and final.result["outcome"] == "budget_stopped"
@@ -90,11 +98,13 @@ async def test_task_ends_as_budget_exhausted_with_its_summary_when_nobody_answer
     db_url: str, tmp_path: Path
 ) -> None:
     stack = budget_stack(db_url, tmp_path, budget_answer_s=1.0)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     async with stack.working():
         await until(lambda: _parked(stack, task.task_id, 1))
         # A remark that is no answer is read, and the task stays parked.
-        await stack.scheduler.append_mailbox(task.task_id, "slack:r", [text_part("hmm, why?")])
+        await stack.scheduler.transact(
+            stack.scheduler.append_mailbox, task.task_id, "slack:r", [text_part("hmm, why?")]
+        )
         final = await stack.ended(task.task_id)
     assert final.status is TaskStatus.failed
     assert final.result is not None and final.result["outcome"] == "budget_exhausted"
@@ -121,7 +131,7 @@ async def test_resident_role_budget_counts_each_event_alone_when_it_lives_on(
     stack.ctx.accounting = Accounting("scripted", {"scripted": PRICE})
     stack.ctx.agents = {"default": agent(["lookup"])}
     stack.ctx.resident = {"default": 3600.0}
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
 
     async def idle(turn: int) -> bool:
         run = await stack.db.read(lambda s: executions.load_run(s, task.task_id))
@@ -133,7 +143,9 @@ async def test_resident_role_budget_counts_each_event_alone_when_it_lives_on(
         # Below what both events cost before the second one's last call; above either alone.
         budget = round(first.cost_usd * 1.3, 4)
         stack.ctx.agents = {"default": agent(["lookup"], max_cost_usd=budget)}
-        await stack.scheduler.append_mailbox(task.task_id, "ev-2", [text_part("CI failed")])
+        await stack.scheduler.transact(
+            stack.scheduler.append_mailbox, task.task_id, "ev-2", [text_part("CI failed")]
+        )
         await until(lambda: idle(3))
     spent = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
     assert spent.cost_usd > budget

@@ -33,7 +33,7 @@ async def test_exactly_one_claimer_wins_when_eight_processes_race_for_each_token
 ) -> None:
     tokens = []
     for _ in range(ROUNDS):
-        task = (await scheduler.schedule(make_spec())).task
+        task = (await scheduler.transact(scheduler.schedule, make_spec())).task
         tokens.append(await _token_of(database, task.task_id))
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(CLAIMERS)

@@ -169,8 +169,8 @@ async def test_tasks_tail_exit_code_says_how_it_ended_when_task_is_terminal(
 ) -> None:
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
-    task = (await scheduler.schedule(make_spec(message="fix it"))).task
-    await scheduler.report_result(task.task_id, TaskResult(status, "ended"))
+    task = (await scheduler.transact(scheduler.schedule, make_spec(message="fix it"))).task
+    await scheduler.transact(scheduler.report_result, task.task_id, TaskResult(status, "ended"))
     with db.engine.begin() as conn:  # as the executor leaves it once the outcome is reported
         conn.execute(text("UPDATE executions SET phase = 'done' WHERE task_id = :t"),
                      {"t": task.task_id})

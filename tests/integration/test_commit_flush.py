@@ -40,10 +40,10 @@ async def test_an_unflushed_transaction_commits_and_one_that_fails_leaves_nothin
     alone = Database(database.engine, threads=1)  # one connection for every transaction
     scheduler = Scheduler(alone)
     try:
-        kept = await alone.run(lambda s: scheduler.schedule_in(s, make_spec()), flush=False)
+        kept = await alone.run(lambda s: scheduler.schedule(s, make_spec()), flush=False)
 
         def schedule_then_fail(session: Transaction) -> None:
-            lost.append(scheduler.schedule_in(session, make_spec()).task.task_id)
+            lost.append(scheduler.schedule(session, make_spec()).task.task_id)
             raise ValueError("after the insert")
 
         lost: list[str] = []
@@ -106,7 +106,7 @@ async def test_transitions_skip_the_flush_and_the_marks_around_a_tool_keep_it(
         pytest.skip("PostgreSQL's: SQLite's group commit syncs every commit it shares")
     committed = _record_transactions(stack.db)
     try:
-        task = (await stack.scheduler.schedule(make_spec())).task
+        task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
         finished = await stack.run_until_terminal(task.task_id)
     finally:
         stack.db.close()

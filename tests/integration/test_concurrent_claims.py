@@ -25,7 +25,9 @@ async def test_a_claim_racing_another_for_the_last_deliveries_takes_the_next_one
 ) -> None:
     if not database.is_postgres:
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two claims overlap")
-    queued = [(await scheduler.schedule(make_spec())).task.task_id for _ in range(3)]
+    queued = [
+        (await scheduler.transact(scheduler.schedule, make_spec())).task.task_id for _ in range(3)
+    ]
     holding, finish = threading.Event(), threading.Event()
 
     def claim_and_hold(session: Transaction) -> Claimed | NoMatch:

@@ -49,7 +49,7 @@ async def test_context_length_refusal_compacts_once_and_the_turn_succeeds_when_o
     )
     provider = OpenAIProvider(llm.base_url, "gpt-4o-mini", api_key="sk-test", max_retries=0)
     stack = build_stack(db_url, tmp_path, provider, agents={"default": agent(["lookup"])})
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded, final.result
     sent = [r.json() for r in llm.received]

@@ -88,7 +88,7 @@ async def test_every_request_fits_the_window_when_tool_outputs_total_ten_windows
 ) -> None:
     provider = Recording(ScriptedProvider.from_dict(long_script()))
     stack = window_stack(db_url, tmp_path, provider)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id, timeout=120)
     assert final.status is TaskStatus.succeeded, final.result
     assert TURNS * OUTPUT_CHARS / SCRIPTED_CHARS_PER_TOKEN >= 10 * WINDOW
@@ -118,7 +118,7 @@ async def test_requests_fit_the_providers_own_count_when_its_tokens_are_denser_t
 
     provider = Dense(ScriptedProvider.from_dict(long_script(turns=12, size=3_000)))
     stack = window_stack(db_url, tmp_path, provider)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id, timeout=60)
     assert final.status is TaskStatus.succeeded, final.result
     counted = [math.ceil(request_chars(r) / 2) for r in provider.requests]
@@ -133,7 +133,7 @@ async def test_context_length_refusal_compacts_once_and_retries_when_the_provide
 ) -> None:
     provider = Recording(ScriptedProvider.from_dict(long_script(turns=4, size=600)), {3})
     stack = window_stack(db_url, tmp_path, provider)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded, final.result
     summaries = await _summaries(stack, task.task_id)
@@ -153,7 +153,7 @@ async def test_a_compaction_is_retried_not_failed_when_the_provider_fails_transi
     provider = Recording(ScriptedProvider.from_dict(long_script(turns=4, size=600)), {3})
     provider.compaction_failures = 1
     stack = window_stack(db_url, tmp_path, provider)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded, final.result
     assert len(await _summaries(stack, task.task_id)) == 1
@@ -174,7 +174,7 @@ async def test_usage_totals_equal_the_reported_usage_and_cost_follows_prices_whe
             return response
 
     stack = window_stack(db_url, tmp_path, Counting(inner))
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     await stack.run_until_terminal(task.task_id)
     totals = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
     prompt = sum(p for p, _ in reported)
@@ -193,7 +193,7 @@ async def test_usage_and_summary_are_shown_in_api_ui_metrics_and_reply_when_a_ta
     metrics = Metrics()
     stack.ctx.observe_model_call = metrics.observe_model_call
     stack.ctx.reporter = ThreadReporter(SystemClock())
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     await stack.run_until_terminal(task.task_id)
     totals = await stack.db.read(lambda s: usage.task_totals(s, task.task_id))
     summary = (await _summaries(stack, task.task_id))[0].payload["text"]

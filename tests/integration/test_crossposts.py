@@ -23,11 +23,15 @@ async def test_review_follow_up_is_answered_on_the_pull_request_when_the_task_be
 ) -> None:
     stack = build_stack(db_url, tmp_path, SCRIPT)
     stack.ctx.reporter = ThreadReporter(SystemClock())
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     sender = SenderPart(provider="github", name="octo", message=str(PULL.comment(9)))
     parts: list[MailboxPart] = [text_part("handle the empty cart too"), sender]
-    await stack.scheduler.append_mailbox(task.task_id, "github:review:9", parts)
-    await stack.scheduler.append_mailbox(task.task_id, "github:review:10", parts)
+    await stack.scheduler.transact(
+        stack.scheduler.append_mailbox, task.task_id, "github:review:9", parts
+    )
+    await stack.scheduler.transact(
+        stack.scheduler.append_mailbox, task.task_id, "github:review:10", parts
+    )
     final = await stack.run_until_terminal(task.task_id)
     posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task.task_id))
     assert final.status is TaskStatus.succeeded
@@ -42,7 +46,7 @@ async def test_slack_thread_gets_one_line_when_a_task_began_on_its_pull_request(
     stack = build_stack(db_url, tmp_path, SCRIPT)
     stack.ctx.reporter = ThreadReporter(SystemClock())
     spec = make_spec(origin_thread_ref=PULL, objective_key=str(THREAD))
-    task = (await stack.scheduler.schedule(spec)).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, spec)).task
     await stack.run_until_terminal(task.task_id)
     posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task.task_id))
     [completion] = [p for p in posts if p.purpose == "completion"]

@@ -243,7 +243,7 @@ async def test_daemon_stops_on_request_when_it_is_waiting_for_events(
 ) -> None:
     async with keel(db_url, tmp_path, role()) as k:
         first_id = await k.first_parked()
-        assert await k.scheduler.request_cancel(first_id, "operator", None)
+        assert await k.scheduler.transact(k.scheduler.request_cancel, first_id, "operator", None)
         ended = await k.finished(first_id)
         assert ended.status is TaskStatus.canceled
 

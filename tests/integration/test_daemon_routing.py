@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ from routing.policy import RoutingPolicy
 from routing.signal import Signal
 from runtime.clock import ManualClock
 from runtime.scheduler import Scheduled, Scheduler
-from runtime.store.engine import Database
+from runtime.store.engine import Database, Transaction
 from runtime.store.models import TaskRow
 from runtime.store.records import TaskResult, TaskSpec, TaskStatus
 
@@ -68,9 +69,9 @@ def to_signal(payload: dict[str, Any], delivery_id: str) -> Signal:
 class SlowToSchedule(Scheduler):
     """Widens the window between "no owner yet" and the owner existing, as a busy store does."""
 
-    async def schedule(self, spec: TaskSpec) -> Scheduled:
-        await asyncio.sleep(0.05)
-        return await super().schedule(spec)
+    def schedule(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+        time.sleep(0.05)
+        return super().schedule(session, spec)
 
 
 def make_router(database: Database) -> Router:
@@ -132,7 +133,8 @@ async def test_daemon_starts_next_activation_linked_when_its_task_has_finished(
     lint, tests = burst()
     first = await ingest(router, lint)
     assert first.task_id is not None
-    await router.scheduler.report_result(first.task_id, TaskResult(TaskStatus.succeeded, "ok"))
+    done = TaskResult(TaskStatus.succeeded, "ok")
+    await router.scheduler.transact(router.scheduler.report_result, first.task_id, done)
     second = await ingest(router, tests)
     assert second.decision == "daemon" and second.task_id != first.task_id
     assert {t.task_id for t in daemon_tasks(database)} == {first.task_id, second.task_id}

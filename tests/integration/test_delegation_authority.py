@@ -90,7 +90,9 @@ async def test_daemon_deny_binds_its_child_when_it_delegates_a_push(
     stack = stack_with(
         db_url, tmp_path, script, fixer=fixer, **{"daemon:triage": TRIAGE.agent_config(fixer)}
     )
-    root = (await stack.scheduler.schedule(make_spec(agent="daemon:triage"))).task
+    root = (
+        await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="daemon:triage"))
+    ).task
     async with stack.working():
         final = await stack.run_until_terminal(root.task_id)
         [child] = await tree(stack, root)
@@ -115,7 +117,7 @@ async def test_child_runs_as_a_named_narrower_agent_when_the_parent_names_it(
         ]
     }
     stack = stack_with(db_url, tmp_path, script, lead=agent(ALL), reader=agent(["lookup"]))
-    root = (await stack.scheduler.schedule(make_spec(agent="lead"))).task
+    root = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="lead"))).task
     async with stack.working():
         await stack.run_until_terminal(root.task_id)
         [child] = await tree(stack, root)
@@ -137,7 +139,9 @@ async def test_named_agent_refused_when_it_skips_an_approval_the_parent_needs(
     }
     careful = agent(ALL).model_copy(update={"require_approval": ("git_push",)})
     stack = stack_with(db_url, tmp_path, script, careful=careful, pusher=agent(["git_push"]))
-    root = (await stack.scheduler.schedule(make_spec(agent="careful"))).task
+    root = (
+        await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="careful"))
+    ).task
     final = await stack.run_until_terminal(root.task_id)
     assert final.status is TaskStatus.succeeded
     assert await tree(stack, root) == []
@@ -160,7 +164,7 @@ async def test_tree_stops_at_max_tree_tasks_with_the_reason_when_delegating_in_p
     }
     lead = agent(ALL, max_tree_tasks=3, fanout=4)
     stack = stack_with(db_url, tmp_path, script, lead=lead)
-    root = (await stack.scheduler.schedule(make_spec(agent="lead"))).task
+    root = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="lead"))).task
     async with stack.working():
         final = await stack.run_until_terminal(root.task_id)
     assert final.status is TaskStatus.succeeded
@@ -190,7 +194,7 @@ async def test_tree_ends_at_its_cost_budget_when_a_child_spends_it(
     stack = build_stack(db_url, tmp_path, ChildAware(script), agents={"lead": lead})
     stack.ctx.accounting = Accounting("scripted", {"scripted": PRICE})
     stack.ctx.reporter = ThreadReporter(SystemClock())
-    root = (await stack.scheduler.schedule(make_spec(agent="lead"))).task
+    root = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="lead"))).task
     async with stack.working():
         final = await stack.run_until_terminal(root.task_id)
         [child] = await tree(stack, root)

@@ -52,7 +52,7 @@ async def test_task_succeeds_with_final_text_when_script_reads_then_answers(
         ]
     }
     stack = build_stack(db_url, tmp_path, script)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
     assert final.result is not None and final.result["summary"] == "a and b are known"
@@ -66,7 +66,7 @@ async def test_tool_results_enter_in_call_order_when_they_finish_out_of_order(
     calls = [_call("lookup", key="slow", sleep_s=0.3), _call("lookup", key="fast")]
     script = {"scripts": [{"turns": [{"tool_calls": calls}, {"say": "ok"}]}]}
     stack = build_stack(db_url, tmp_path, script)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     await stack.run_until_terminal(task.task_id)
     settled = sorted(await _calls(stack, task.task_id), key=_settled_at)
     assert [c.call_id for c in settled] == ["call_0_1", "call_0_0"]  # fast finished first
@@ -80,7 +80,7 @@ async def test_no_tick_starts_more_than_fanout_when_model_asks_for_many(
     calls = [_call("lookup", key=str(i)) for i in range(5)]
     script = {"scripts": [{"turns": [{"tool_calls": calls}, {"say": "ok"}]}]}
     stack = build_stack(db_url, tmp_path, script, agents={"default": agent(["lookup"], fanout=2)})
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     await stack.run_until_terminal(task.task_id)
     batches: dict[Any, int] = {}
     for call in await _calls(stack, task.task_id):
@@ -107,9 +107,11 @@ async def test_mailbox_message_is_rendered_and_incorporated_once_when_appended(
         ]
     }
     stack = build_stack(db_url, tmp_path, script)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     for _ in range(3):
-        await stack.scheduler.append_mailbox(task.task_id, "k1", [text_part("only on Safari")])
+        await stack.scheduler.transact(
+            stack.scheduler.append_mailbox, task.task_id, "k1", [text_part("only on Safari")]
+        )
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
     keys = await _transcript_keys(stack, task.task_id)
@@ -130,7 +132,7 @@ async def test_tool_exception_becomes_result_for_model_when_tool_has_a_bug(
         ]
     }
     stack = build_stack(db_url, tmp_path, script)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
     [call] = await _calls(stack, task.task_id)
@@ -162,7 +164,7 @@ async def test_malformed_arguments_come_back_to_model_as_tool_error_when_model_s
         ]
     }
     stack = build_stack(db_url, tmp_path, script)
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
 
     final = await stack.run_until_terminal(task.task_id)
 
@@ -183,7 +185,7 @@ async def test_unexpected_phase_exception_fails_task_with_error_recorded(
             raise ZeroDivisionError("model adapter bug")
 
     stack = build_stack(db_url, tmp_path, Broken())
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.failed
     assert final.result is not None
@@ -200,7 +202,7 @@ async def test_transition_outside_the_graph_fails_task_when_a_phase_returns_one(
     loads = phase_table.TABLE["load_context"]
     monkeypatch.setitem(phase_table.TABLE, "load_context", replace(loads, run=skips_ahead))
     stack = build_stack(db_url, tmp_path, {"scripts": [{"turns": [{"say": "never"}]}]})
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
 
     final = await stack.run_until_terminal(task.task_id)
 
@@ -222,7 +224,7 @@ async def test_each_limit_ends_run_with_its_named_outcome(db_url: str, tmp_path:
         stack = build_stack(
             db_url, tmp_path, script, agents={"default": agent(["lookup"], **limits)}
         )
-        task = (await stack.scheduler.schedule(make_spec())).task
+        task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
         final = await stack.run_until_terminal(task.task_id)
         assert final.status is TaskStatus.failed, outcome
         assert final.result is not None and final.result["outcome"] == outcome
@@ -243,7 +245,7 @@ async def test_delegation_depth_limit_is_reported_to_model_when_exceeded(
     }
     lead = agent(["delegate"], max_delegation_depth=0)
     stack = build_stack(db_url, tmp_path, script, agents={"lead": lead, "default": agent([])})
-    task = (await stack.scheduler.schedule(make_spec(agent="lead"))).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(agent="lead"))).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
 
@@ -264,7 +266,7 @@ async def test_delegated_child_is_awaited_and_its_result_returned(
         ]
     }
     stack = build_stack(db_url, tmp_path, ChildAware(script))
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.succeeded
     calls = await _calls(stack, task.task_id)
@@ -287,7 +289,7 @@ async def test_deadline_then_late_result_keeps_first_result(db_url: str, tmp_pat
     stack = build_stack(
         db_url, tmp_path, script, agents={"default": agent(["lookup"], tool_deadline_s=0.1)}
     )
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     await stack.run_until_terminal(task.task_id)
     import asyncio
 
@@ -313,7 +315,7 @@ async def test_stop_during_batch_lets_batch_finish_and_starts_nothing_new(
     calls = [_call("lookup", key=str(i), sleep_s=0.5) for i in range(3)]
     script = {"scripts": [{"turns": [{"tool_calls": calls}, {"say": "never"}]}]}
     stack = build_stack(db_url, tmp_path, script, agents={"default": agent(["lookup"], fanout=2)})
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     worker = stack.worker()
     running = asyncio.create_task(worker.run())
 
@@ -321,7 +323,7 @@ async def test_stop_during_batch_lets_batch_finish_and_starts_nothing_new(
         return any(c.dispatch_state != "pending" for c in await _calls(stack, task.task_id))
 
     await _wait_for(batch_started)
-    await stack.scheduler.request_cancel(task.task_id, "stop", "U1")
+    await stack.scheduler.transact(stack.scheduler.request_cancel, task.task_id, "stop", "U1")
     try:
         await _wait_for(lambda: _is_terminal(stack, task.task_id))
     finally:
@@ -359,7 +361,7 @@ async def test_ancestor_cancel_stops_child_at_its_next_checkpoint(
         ]
     }
     stack = build_stack(db_url, tmp_path, ChildAware(script))
-    root = (await stack.scheduler.schedule(make_spec())).task
+    root = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     worker = stack.worker()
     running = asyncio.create_task(worker.run())
 
@@ -374,7 +376,7 @@ async def test_ancestor_cancel_stops_child_at_its_next_checkpoint(
         return bool(rows) and rows[0].status == "running"
 
     await _wait_for(child_working)
-    await stack.scheduler.request_cancel(root.task_id, "stop", "U1")
+    await stack.scheduler.transact(stack.scheduler.request_cancel, root.task_id, "stop", "U1")
     try:
         await _wait_for(lambda: _is_terminal(stack, root.task_id))
         from sqlalchemy import select

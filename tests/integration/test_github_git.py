@@ -206,7 +206,8 @@ async def test_each_task_clones_and_pushes_with_its_own_installation_token_when_
         assert client_installations is not None
         client_installations.remember("acme/rockets", 501)  # what acme's webhook said
         for repo in ("acme/rockets", "globex/widgets"):
-            task = (await scheduler.schedule(make_spec(repo=repo, message=repo))).task
+            spec = make_spec(repo=repo, message=repo)
+            task = (await scheduler.transact(scheduler.schedule, spec)).task
             ws = await checkouts.workspace_for(task)
             assert ws is not None and (ws / "README.md").is_file()
             (ws / "change.txt").write_text(repo)
@@ -230,10 +231,13 @@ async def test_a_repository_outside_the_allow_list_gets_no_checkout(
     with serve(create_github_app(state)) as server:
         client = GitHubClient.as_installation(server.url, state.app_id, private, timeout_s=5)
         checkouts = Checkouts(
-            Workspaces(tmp_path / "ws", sandbox="none"), {}, scheduler, host=client,
+            Workspaces(tmp_path / "ws", sandbox="none"),
+            {},
+            scheduler,
+            host=client,
             allow=("acme/*",),
         )
-        task = (await scheduler.schedule(make_spec(repo="evil/repo"))).task
+        task = (await scheduler.transact(scheduler.schedule, make_spec(repo="evil/repo"))).task
         assert await checkouts.workspace_for(task) is None
     assert not list((tmp_path / "ws").glob("*/*"))
 
@@ -253,7 +257,7 @@ async def test_a_task_that_outlives_its_installation_token_pushes_with_a_fresh_o
         checkouts = Checkouts(
             Workspaces(tmp_path / "ws", sandbox="none"), {}, scheduler, host=client
         )
-        task = (await scheduler.schedule(make_spec(repo=REPO))).task
+        task = (await scheduler.transact(scheduler.schedule, make_spec(repo=REPO))).task
         ws = await checkouts.workspace_for(task)
         assert ws is not None
         (ws / "late.txt").write_text("hours later")

@@ -50,7 +50,8 @@ def test_headline_follows_the_evidence(
 
 async def test_interrupted_push_and_refused_pr_never_read_as_done(database: Database) -> None:
     clock = ManualClock()
-    task = (await Scheduler(database, clock=clock).schedule(make_spec())).task
+    scheduler = Scheduler(database, clock=clock)
+    task = (await scheduler.transact(scheduler.schedule, make_spec())).task
     database.run_sync(lambda s: _record_calls(s, task, clock))
     reporter = ThreadReporter(clock)
     database.run_sync(lambda s: reporter.on_finished(s, task, OK))
@@ -87,7 +88,8 @@ async def test_completion_links_the_task_page_when_public_url_is_set(
     database: Database, public_url: str | None
 ) -> None:
     clock = ManualClock()
-    task = (await Scheduler(database, clock=clock).schedule(make_spec())).task
+    scheduler = Scheduler(database, clock=clock)
+    task = (await scheduler.transact(scheduler.schedule, make_spec())).task
     reporter = ThreadReporter(clock, ReportingPolicy(public_url=public_url))
     database.run_sync(lambda s: reporter.on_finished(s, task, OK))
     [post] = [

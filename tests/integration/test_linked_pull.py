@@ -145,7 +145,8 @@ async def test_reviews_and_head_checks_of_a_linked_pull_request_reach_its_task(
         # Once the task ended, a review comment starts one task of the same objective,
         # whose replies go to the pull request.
         ended = TaskResult(TaskStatus.succeeded, "opened PR #2", {})
-        await Scheduler(db).report_result(task_id, ended)
+        scheduler = Scheduler(db)
+        await scheduler.transact(scheduler.report_result, task_id, ended)
         later = _review_comment(9003)
         await live.send_github("pull_request_review_comment", later, delivery_id="d-3", times=2)
         async with asyncio.timeout(30):

@@ -48,7 +48,7 @@ async def test_a_claim_waits_for_an_append_holding_the_task_instead_of_deadlocki
 ) -> None:
     if not database.is_postgres:
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two interleave")
-    task = (await scheduler.schedule(make_spec())).task
+    task = (await scheduler.transact(scheduler.schedule, make_spec())).task
     now = datetime.now(UTC)
     [token] = database.run_sync(lambda s: deliveries.next_ready_tokens(s, now, 1, False))
     started = threading.Event()
@@ -73,8 +73,8 @@ async def test_a_transaction_postgresql_ends_to_break_a_deadlock_fails_as_retrya
     503 (delivered again later) rather than 500."""
     if not database.is_postgres:
         pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two interleave")
-    first = (await scheduler.schedule(make_spec())).task.task_id
-    second = (await scheduler.schedule(make_spec())).task.task_id
+    first = (await scheduler.transact(scheduler.schedule, make_spec())).task.task_id
+    second = (await scheduler.transact(scheduler.schedule, make_spec())).task.task_id
     holds_first, go = threading.Event(), threading.Event()
     lock = text("SELECT id FROM tasks WHERE id = :id FOR UPDATE")
 

@@ -56,7 +56,7 @@ async def _schedule(stack: Stack, count: int) -> list[TaskId]:
     for n in range(count):
         thread = SlackThread("T1", "C1", f"1700000000.00010{n}")
         spec = make_spec(origin_thread_ref=thread, objective_key=str(thread))
-        found.append((await stack.scheduler.schedule(spec)).task.task_id)
+        found.append((await stack.scheduler.transact(stack.scheduler.schedule, spec)).task.task_id)
     return found
 
 
@@ -178,7 +178,7 @@ async def test_a_stop_ends_a_task_parked_by_an_outage_without_waiting_for_the_pr
     async with stack.working():
         await _move_clock_until(clock, lambda: _all_waiting(stack, [task_id]))
         asked = len(llm.received)
-        await stack.scheduler.request_cancel(task_id, "stop", "U1")
+        await stack.scheduler.transact(stack.scheduler.request_cancel, task_id, "stop", "U1")
         await stack.ended(task_id)
     [task] = await _tasks(stack, [task_id])
     assert task.status is TaskStatus.canceled

@@ -116,7 +116,7 @@ async def test_progress_edits_are_rate_limited_when_phases_change_quickly(
     surface = FakeSurface()
     dispatcher = OutboxDispatcher(database, {"slack": surface}, clock, edit_interval_s=3)
     scheduler = Scheduler(database, clock=clock)
-    task = (await scheduler.schedule(make_spec())).task
+    task = (await scheduler.transact(scheduler.schedule, make_spec())).task
     reporter = ThreadReporter(clock)
     database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
     await dispatcher.run_once()
@@ -204,7 +204,8 @@ def test_completion_text_claims_only_what_the_ledger_holds() -> None:
 async def test_daemon_no_op_stays_silent(database: Database) -> None:
     clock = ManualClock()
     scheduler = Scheduler(database, clock=clock)
-    task = (await scheduler.schedule(make_spec(objective_key="daemon:ci-fixer"))).task
+    spec = make_spec(objective_key="daemon:ci-fixer")
+    task = (await scheduler.transact(scheduler.schedule, spec)).task
     reporter = ThreadReporter(clock)
     database.run_sync(lambda s: reporter.on_phase(s, task, "call_model", ""))
     result = TaskResult(TaskStatus.succeeded, "nothing to do")
@@ -238,9 +239,7 @@ async def test_post_and_its_later_edits_go_to_the_fallback_surface(
         else FakeSurface(name=origin_name, fail_with=Permanent("channel_not_found")),
         **({} if origin_name == fallback_name else {fallback_name: fallback}),
     }
-    dispatcher = OutboxDispatcher(
-        database, surfaces, clock, fallback=fallback_ref
-    )
+    dispatcher = OutboxDispatcher(database, surfaces, clock, fallback=fallback_ref)
     task_id = await _task(database)
     database.run_sync(
         lambda s: outbox.enqueue_post(
@@ -294,9 +293,7 @@ class _RefusingThread:
             return None
         return await self.inner.find_post(thread, key=key)
 
-    async def update(
-        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
-    ) -> None:
+    async def update(self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()) -> None:
         await self.inner.update(posted, text)
 
     async def react(self, target: ThreadRef, emoji: str) -> None:
@@ -317,8 +314,14 @@ class RefusedReactions(FakeSurface):
 def _queue_reaction(db: Database, task_id: str, clock: ManualClock) -> None:
     db.run_sync(
         lambda s: outbox.enqueue_post(
-            s, task_id=task_id, purpose="ack", thread=ORIGIN, key="ack:s1", action="react",
-            body="eyes", now=clock.now(),
+            s,
+            task_id=task_id,
+            purpose="ack",
+            thread=ORIGIN,
+            key="ack:s1",
+            action="react",
+            body="eyes",
+            now=clock.now(),
         )
     )
 

@@ -42,7 +42,7 @@ CHANNEL = "C0KEELGEN1"
 async def _task(db: Database, clock: ManualClock, origin: ThreadRef = ORIGIN) -> Task:
     scheduler = Scheduler(db, clock=clock)
     spec = make_spec(origin_thread_ref=origin, objective_key=str(origin))
-    return (await scheduler.schedule(spec)).task
+    return (await scheduler.transact(scheduler.schedule, spec)).task
 
 
 def _queue(db: Database, task_id: str, clock: ManualClock, key: str = "k") -> None:

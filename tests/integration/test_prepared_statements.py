@@ -33,7 +33,7 @@ STATE = RunState(
 
 async def _claimed(database: Database, scheduler: Scheduler) -> tuple[Task, Lease, Run]:
     """A new task, claimed: its lease and its run as the claim left it."""
-    task = (await scheduler.schedule(make_spec())).task
+    task = (await scheduler.transact(scheduler.schedule, make_spec())).task
     claimed = await scheduler.leases.claim_next("w")
     assert isinstance(claimed, Claimed)
     run = database.read_sync(lambda s: executions.load_run(s, task.task_id))
@@ -133,10 +133,10 @@ async def test_tool_call_lifecycle_matches_the_orm_when_run_on_the_driver_path(
 async def test_task_reads_match_the_orm_record_and_see_later_changes(
     database: Database, scheduler: Scheduler
 ) -> None:
-    task = (await scheduler.schedule(make_spec())).task
+    task = (await scheduler.transact(scheduler.schedule, make_spec())).task
     read = database.read_sync(lambda s: q.read_task(s, task.task_id))
     assert read == task
-    await scheduler.request_cancel(task.task_id, "stop", "someone")
+    await scheduler.transact(scheduler.request_cancel, task.task_id, "stop", "someone")
     refreshed = database.read_sync(lambda s: task_changes.refresh_task(s, task))
     assert refreshed is not None and refreshed.cancel_requested_at is not None
     assert refreshed == database.read_sync(lambda s: q.read_task(s, task.task_id))
@@ -226,7 +226,7 @@ async def test_advance_and_refresh_reads_the_task_as_the_commit_leaves_it(
     in the transition's own statement on PostgreSQL, and a stale version still changes
     nothing."""
     task, lease, run = await _claimed(database, scheduler)
-    await scheduler.request_cancel(task.task_id, "stop", "someone")
+    await scheduler.transact(scheduler.request_cancel, task.task_id, "stop", "someone")
     advance = executions.Advance("check_scheduler", 1, 0, STATE, NOW)
     seen: list[str] = []
 

@@ -118,7 +118,7 @@ async def _schedule(bench: Bench, thread: SlackThread, message: str) -> str:
         objective_key=str(thread),
         requested_by="U1",
     )
-    return (await bench.stack.scheduler.schedule(spec)).task.task_id
+    return (await bench.stack.scheduler.transact(bench.stack.scheduler.schedule, spec)).task.task_id
 
 
 async def _until_quiet(bench: Bench, timeout: float = 90 + FOLLOW_UP_TRIALS) -> None:

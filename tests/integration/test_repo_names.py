@@ -30,7 +30,7 @@ async def keel(db_url: str, tmp_path: Path) -> Keel:
 
 async def _name_for(keel: Keel, repo: str) -> str:
     spec = TaskSpec(agent="default", message="fix it", repo=repo)
-    task = (await keel.scheduler.schedule(spec)).task
+    task = (await keel.scheduler.transact(keel.scheduler.schedule, spec)).task
     return await keel.checkouts.repo_full_name(task.task_id)
 
 

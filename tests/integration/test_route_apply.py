@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import delete, event, func, select
 
 from routing.config import DaemonsConfig, RoutingConfig
 from routing.intake import IngestResult, Router
@@ -70,7 +70,7 @@ async def ingest(router: Router, signal: Signal) -> IngestResult:
 async def start_task(scheduler: Scheduler, **overrides: Any) -> Task:
     spec = make_spec(origin_thread_ref=THREAD_REF, objective_key=THREAD, requested_by="U1")
     fields = {**{f: getattr(spec, f) for f in spec.__slots__}, **overrides}
-    return (await scheduler.schedule(TaskSpec(**fields))).task
+    return (await scheduler.transact(scheduler.schedule, TaskSpec(**fields))).task
 
 
 def count(database: Database, model: Any, **where: Any) -> int:
@@ -101,27 +101,34 @@ def outcomes(database: Database, signal_id: str) -> list[str]:
 class FinishesFirst(Scheduler):
     """The target task completes between routing's lookup and its append."""
 
-    def append_in(
+    def append_mailbox(
         self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
-        author: str | None,
+        author: str | None = None,
     ) -> AppendOutcome:
-        self.report_result_in(session, task_id, TaskResult(TaskStatus.succeeded, "done"))
-        return super().append_in(session, task_id, key, parts, author)
+        self.report_result(session, task_id, TaskResult(TaskStatus.succeeded, "done"))
+        return super().append_mailbox(session, task_id, key, parts, author)
 
 
 class LaggingNotFound(Scheduler):
     """Answers NotFound to every append while the task itself stays readable."""
 
-    def append_in(
+    def append_mailbox(
         self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
-        author: str | None,
+        author: str | None = None,
     ) -> AppendOutcome:
         return NotFound(task_id)
 
 
-class Vanished(LaggingNotFound):
-    def get_in(self, session: Transaction, task_id: str) -> Task | None:
-        return None
+class Vanished(Scheduler):
+    """The target task is deleted between routing's lookup and its append: the append answers
+    NotFound and the read-back finds nothing either."""
+
+    def append_mailbox(
+        self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
+        author: str | None = None,
+    ) -> AppendOutcome:
+        session.execute(delete(TaskRow).where(TaskRow.task_id == task_id))
+        return super().append_mailbox(session, task_id, key, parts, author)
 
 
 class Flaky(Scheduler):
@@ -132,30 +139,30 @@ class Flaky(Scheduler):
         self.failures = failures
         self.keys: list[str] = []
 
-    def append_in(
+    def append_mailbox(
         self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
-        author: str | None,
+        author: str | None = None,
     ) -> AppendOutcome:
         self.keys.append(key)
         if self.failures:
             self.failures -= 1
             raise Retryable("database unavailable: OperationalError")
-        return super().append_in(session, task_id, key, parts, author)
+        return super().append_mailbox(session, task_id, key, parts, author)
 
 
 class SlowToSchedule(Scheduler):
     """Widens the window between "no owner yet" and the owner existing, as a busy store does."""
 
-    def schedule_in(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+    def schedule(self, session: Transaction, spec: TaskSpec) -> Scheduled:
         time.sleep(0.05)
-        return super().schedule_in(session, spec)
+        return super().schedule(session, spec)
 
 
 class CrashesScheduling(Scheduler):
     """The process dies while the task is being made: its transaction never commits."""
 
-    def schedule_in(self, session: Transaction, spec: TaskSpec) -> Scheduled:
-        super().schedule_in(session, spec)
+    def schedule(self, session: Transaction, spec: TaskSpec) -> Scheduled:
+        super().schedule(session, spec)
         raise RuntimeError("killed")
 
 
@@ -286,7 +293,8 @@ async def test_follow_up_starts_linked_task_when_the_owner_already_finished(
 ) -> None:
     router = make_router(database)
     old = await start_task(router.scheduler)
-    await router.scheduler.report_result(old.task_id, TaskResult(TaskStatus.succeeded, "ok"))
+    done = TaskResult(TaskStatus.succeeded, "ok")
+    await router.scheduler.transact(router.scheduler.report_result, old.task_id, done)
     result = await ingest(router, mention(text="and the changelog too"))
     assert result.decision == "new_task"
     new = await router.scheduler.get(result.task_id or "")
@@ -457,7 +465,5 @@ async def test_escalation_is_queued_with_the_decision_that_made_it(database: Dat
     result = await ingest(router, follow_up())
     assert result.decision == "escalated"
     posts = database.run_sync(lambda s: posts_of_task(s, task.task_id))
-    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [
-        ("escalation", THREAD, "post")
-    ]
+    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [("escalation", THREAD, "post")]
     assert "not start a second one" in posts[0].body

@@ -50,7 +50,9 @@ def _machine(database: Database) -> type[RuleBasedStateMachine]:
 
         @rule()
         def schedule_root(self) -> None:
-            self.tasks.append(self.run(self.scheduler.schedule(make_spec())).task.task_id)
+            self.tasks.append(
+                self.run(self.scheduler.transact(self.scheduler.schedule, make_spec())).task.task_id
+            )
 
         @rule(data=st.data(), key=st.sampled_from(["a", "b"]))
         def schedule_child(self, data: st.DataObject, key: str) -> None:
@@ -58,7 +60,7 @@ def _machine(database: Database) -> type[RuleBasedStateMachine]:
                 return
             parent = data.draw(st.sampled_from(self.tasks))
             spec = make_spec(parent_id=parent, child_key=key)
-            scheduled = self.run(self.scheduler.schedule(spec))
+            scheduled = self.run(self.scheduler.transact(self.scheduler.schedule, spec))
             if scheduled.created:
                 self.tasks.append(scheduled.task.task_id)
 
@@ -87,7 +89,11 @@ def _machine(database: Database) -> type[RuleBasedStateMachine]:
             if not self.tasks:
                 return
             task_id = data.draw(st.sampled_from(self.tasks))
-            self.run(self.scheduler.report_result(task_id, TaskResult(status, "r")))
+            self.run(
+                self.scheduler.transact(
+                    self.scheduler.report_result, task_id, TaskResult(status, "r")
+                )
+            )
             self.terminal.setdefault(task_id, self._status(task_id))
 
         @rule(data=st.data(), key=st.sampled_from(["k1", "k2", "k3"]))
@@ -95,18 +101,24 @@ def _machine(database: Database) -> type[RuleBasedStateMachine]:
             if not self.tasks:
                 return
             task_id = data.draw(st.sampled_from(self.tasks))
-            self.run(self.scheduler.append_mailbox(task_id, key, [text_part(key)]))
+            self.run(
+                self.scheduler.transact(
+                    self.scheduler.append_mailbox, task_id, key, [text_part(key)]
+                )
+            )
 
         @rule(data=st.data())
         def cancel(self, data: st.DataObject) -> None:
             if self.tasks:
                 task_id = data.draw(st.sampled_from(self.tasks))
-                self.run(self.scheduler.request_cancel(task_id, "stop", "u"))
+                self.run(
+                    self.scheduler.transact(self.scheduler.request_cancel, task_id, "stop", "u")
+                )
 
         @rule(seconds=st.sampled_from([1, 6, 11]))
         def advance_and_sweep(self, seconds: int) -> None:
             self.clock.advance(seconds)
-            self.run(self.scheduler.sweep())
+            self.run(self.scheduler.transact(self.scheduler.sweep))
 
         def _status(self, task_id: str) -> TaskStatus:
             row = database.run_sync(lambda s: s.get(TaskRow, task_id))

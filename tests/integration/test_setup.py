@@ -91,7 +91,7 @@ async def run_task(keel: Keel, repo: str, timeout_s: float = 120) -> Task:
         agent="default", message="run the tests", repo=repo, origin_thread_ref=THREAD,
         objective_key=f"{THREAD}/{time.monotonic_ns()}",
     )
-    task = (await keel.scheduler.schedule(spec)).task
+    task = (await keel.scheduler.transact(keel.scheduler.schedule, spec)).task
     for _ in range(round(timeout_s / 0.05)):
         current = await keel.scheduler.get(task.task_id)
         if current is not None and current.status.is_terminal:
@@ -360,11 +360,19 @@ async def test_a_worker_killed_during_setup_never_runs_it_twice_and_the_task_com
     keel = Keel(build_config(config, env={}))
     await keel.connect()
     task = (
-        await keel.scheduler.schedule(TaskSpec(agent="default", message="go", repo="slow"))
+        await keel.scheduler.transact(
+            keel.scheduler.schedule, TaskSpec(agent="default", message="go", repo="slow")
+        )
     ).task
     worker = subprocess.Popen(
-        [PY, "-c", "from adapters.cli import main; main()", "worker", "--config",
-         str(tmp_path / "app.yaml")],
+        [
+            PY,
+            "-c",
+            "from adapters.cli import main; main()",
+            "worker",
+            "--config",
+            str(tmp_path / "app.yaml"),
+        ],
         start_new_session=True,
         env=os.environ | {"KEEL_DATABASE_URL": ""},
     )
@@ -412,7 +420,7 @@ async def test_an_allowlisted_agent_reaches_its_hosts_and_the_reply_names_the_re
     db_url: str, tmp_path: Path, registry: Registry
 ) -> None:
     with Registry(tmp_path / "other") as other:
-        fetch = f"{PY} -c \"import urllib.request as u, sys; u.urlopen(sys.argv[1], timeout=10)\""
+        fetch = f'{PY} -c "import urllib.request as u, sys; u.urlopen(sys.argv[1], timeout=10)"'
         command = (
             f"{fetch} {registry.index_url} && echo allowed-ok; "
             f"{fetch} {other.url}/simple/ || echo other-refused"
@@ -444,8 +452,10 @@ async def test_the_repositorys_own_script_runs_without_the_operators_secrets(
     repositories = {
         "own": {
             "url": str(bare),
-            "secrets": {"SETUP_TOKEN": SETUP_SECRET, "AGENT_TOKEN": {"value": AGENT_SECRET,
-                                                                    "agent": True}},
+            "secrets": {
+                "SETUP_TOKEN": SETUP_SECRET,
+                "AGENT_TOKEN": {"value": AGENT_SECRET, "agent": True},
+            },
         }
     }
     async with running(tmp_path, db_url, [{"say": "ok"}], repositories) as keel:
@@ -494,7 +504,7 @@ async def test_an_environment_that_cannot_be_stored_leaves_the_task_going(
     """The repository's script makes a home too deep for ``cp``: the entry is not stored, the
     reason says why, and the task still runs to its answer."""
     name = "d" * 60  # 120 levels of it: past PATH_MAX
-    deep = f'cd ~ && for i in $(seq 120); do mkdir {name} && cd {name} || exit 1; done\n'
+    deep = f"cd ~ && for i in $(seq 120); do mkdir {name} && cd {name} || exit 1; done\n"
     bare = make_bare_repo(tmp_path, {".keel/setup.sh": deep})
     repositories = {"deep": {"url": str(bare), "network": "off"}}
     async with running(tmp_path, db_url, [{"say": "ok"}], repositories) as keel:

@@ -198,7 +198,9 @@ async def _scheduled(
     config_path = _config(tmp_path, db_url, sandbox_mode, command)
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
-    task = (await scheduler.schedule(make_spec(repo="shop", message="run the job"))).task
+    task = (
+        await scheduler.transact(scheduler.schedule, make_spec(repo="shop", message="run the job"))
+    ).task
     return config_path, db, scheduler, task
 
 
@@ -264,7 +266,9 @@ async def test_command_killed_on_recovery_when_worker_dies_between_stop_and_kill
             return bool(call and call.dispatch_state == "started" and len(_sleepers(seconds)) == 2)
 
         await _until(running, 30, "the command never started")
-        assert await scheduler.request_cancel(task.task_id, "stop from dana", "U0DANA")
+        assert await scheduler.transact(
+            scheduler.request_cancel, task.task_id, "stop from dana", "U0DANA"
+        )
         code = await asyncio.to_thread(worker.wait, 20)
         assert code == -signal.SIGKILL  # died at the fault point
         if point == "stopping":
@@ -295,7 +299,9 @@ async def test_command_never_starts_when_recovered_after_stop_without_a_handle(
     worker = _worker(config_path, fault="dispatching:call_0_0")
     try:
         assert await asyncio.to_thread(worker.wait, 30) == -signal.SIGKILL
-        assert await scheduler.request_cancel(task.task_id, "stop from dana", "U0DANA")
+        assert await scheduler.transact(
+            scheduler.request_cancel, task.task_id, "stop from dana", "U0DANA"
+        )
         worker = _worker(config_path)
         await _ended(scheduler, task.task_id)
     finally:

@@ -115,7 +115,7 @@ async def test_list_refreshes_in_place_when_a_task_appears(stack: Stack, browser
     with serve(make_app(stack, LOOPBACK)) as running:
         page = await _open(browser, f"{running.url}/ui/tasks")
         assert await page.locator(".task-row").count() == 0
-        task = (await stack.scheduler.schedule(make_spec())).task
+        task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
         row = page.locator(f'.task-row[data-task-id="{task.task_id}"]')
         await row.wait_for(timeout=10_000)
 

@@ -26,7 +26,7 @@ async def test_notifier_wakes_waiter_when_task_is_scheduled_in_process(database:
     scheduler = Scheduler(database, notifier=notifier)
     waiter = asyncio.create_task(notifier.wait(timeout=30))
     await asyncio.sleep(0)
-    await scheduler.schedule(make_spec())
+    await scheduler.transact(scheduler.schedule, make_spec())
     await asyncio.wait_for(waiter, timeout=5)
 
 
@@ -103,7 +103,10 @@ async def test_a_wake_up_costs_one_look_however_many_loops_are_idle(database: Da
             scheduler.wake()
             await asyncio.sleep(0.1)
         assert leases.looks == 4
-        ids = [(await scheduler.schedule(make_spec())).task.task_id for _ in range(3)]
+        ids = [
+            (await scheduler.transact(scheduler.schedule, make_spec())).task.task_id
+            for _ in range(3)
+        ]
         await _until(lambda: len(runner.driven) == 3)
         assert sorted(runner.driven) == sorted(ids)
     finally:

@@ -66,11 +66,11 @@ class RealTask:
 async def produce_task(stack: Stack) -> RealTask:
     """Run a task end to end: two tools, a wait with a mailbox message mid-run, a reply."""
     spec = make_spec(message="make a widget")
-    task = (await stack.scheduler.schedule(spec)).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, spec)).task
     running = asyncio.create_task(stack.run_until_terminal(task.task_id))
     await _until_waiting_on_sleep(stack, task.task_id)
-    appended = await stack.scheduler.append_mailbox(
-        task.task_id, "slack:follow-up-1", [text_part(MAILBOX_TEXT)]
+    appended = await stack.scheduler.transact(
+        stack.scheduler.append_mailbox, task.task_id, "slack:follow-up-1", [text_part(MAILBOX_TEXT)]
     )
     assert isinstance(appended, Appended)
     final = await running
@@ -239,8 +239,10 @@ def _scanned_tables(session: Any, task_id: str) -> set[str]:
 async def test_mailbox_message_is_delivered_not_incorporated_when_task_has_not_run(
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
-    task = (await stack.scheduler.schedule(make_spec())).task
-    await stack.scheduler.append_mailbox(task.task_id, "k", [text_part("later")])
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
+    await stack.scheduler.transact(
+        stack.scheduler.append_mailbox, task.task_id, "k", [text_part("later")]
+    )
     body = (await client.get(f"/api/tasks/{task.task_id}")).json()
     [message] = body["mailbox"]
     assert message["delivered_at"] is not None and message["incorporated_at"] is None
@@ -249,9 +251,9 @@ async def test_mailbox_message_is_delivered_not_incorporated_when_task_has_not_r
 async def test_detail_tree_lists_root_and_children_when_task_has_descendants(
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
-    root = (await stack.scheduler.schedule(make_spec())).task
+    root = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     child_spec = make_spec(parent_id=root.task_id, child_key="c1", message="child work")
-    child = (await stack.scheduler.schedule(child_spec)).task
+    child = (await stack.scheduler.transact(stack.scheduler.schedule, child_spec)).task
     body = (await client.get(f"/api/tasks/{child.task_id}")).json()
     assert [(n["task_id"], n["depth"]) for n in body["tree"]] == [
         (root.task_id, 0),
@@ -262,8 +264,13 @@ async def test_detail_tree_lists_root_and_children_when_task_has_descendants(
 async def test_list_filters_by_status_and_pages_newest_first_when_many_tasks(
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
-    made = [(await stack.scheduler.schedule(make_spec(message=f"m{i}"))).task for i in range(5)]
-    await stack.scheduler.report_result(made[0].task_id, TaskResult(TaskStatus.failed, "no"))
+    made = [
+        (await stack.scheduler.transact(stack.scheduler.schedule, make_spec(message=f"m{i}"))).task
+        for i in range(5)
+    ]
+    await stack.scheduler.transact(
+        stack.scheduler.report_result, made[0].task_id, TaskResult(TaskStatus.failed, "no")
+    )
     first = (await client.get("/api/tasks", params={"limit": 2})).json()
     rest = (await client.get("/api/tasks", params={"before": first["next_before"]})).json()
     ids = [t["task_id"] for t in first["tasks"] + rest["tasks"]]
@@ -280,7 +287,7 @@ async def test_list_filters_by_status_and_pages_newest_first_when_many_tasks(
 async def test_cancel_records_stop_when_task_is_active(
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
-    task = (await stack.scheduler.schedule(make_spec())).task
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
     response = await client.post(f"/api/tasks/{task.task_id}/cancel")
     assert response.status_code == 202
     assert response.json()["cancel_requested_at"] is not None
@@ -377,7 +384,9 @@ async def test_loopback_clients_need_the_token_too_when_one_is_set(stack: Stack)
 async def test_requests_are_refused_and_change_nothing_when_host_is_not_served(
     stack: Stack, host: str
 ) -> None:
-    task = (await stack.scheduler.schedule(make_spec(message="keep running"))).task
+    task = (
+        await stack.scheduler.transact(stack.scheduler.schedule, make_spec(message="keep running"))
+    ).task
     with serve(make_app(stack, GUARDED_LOOPBACK)) as running:
         async with httpx.AsyncClient(base_url=running.url) as http:
             headers = {**BEARER, "Host": host}

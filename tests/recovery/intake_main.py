@@ -51,14 +51,14 @@ class RefusesFirstAppend(Scheduler):
 
     refused = False
 
-    def append_in(
+    def append_mailbox(
         self, session: Transaction, task_id: str, key: str, parts: Sequence[MailboxPart],
-        author: str | None,
+        author: str | None = None,
     ) -> AppendOutcome:
         if not self.refused:
             self.refused = True
             raise Retryable("database unavailable: OperationalError")
-        return super().append_in(session, task_id, key, parts, author)
+        return super().append_mailbox(session, task_id, key, parts, author)
 
 
 async def main(db_url: str) -> None:

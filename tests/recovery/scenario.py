@@ -88,7 +88,9 @@ async def run_scenario(
     ) -> None:
         """The follow-up arrives once: at turn 1, or at the kill if that comes first."""
         if not appended and (run.turn >= 1 or died):
-            await scheduler.append_mailbox(task_id, "followup-1", [text_part(FOLLOW_UP)], "U1")
+            await scheduler.transact(
+                scheduler.append_mailbox, task_id, "followup-1", [text_part(FOLLOW_UP)], "U1"
+            )
             appended.append(task_id)
 
     spec = make_spec(message="fix the flaky checkout test")

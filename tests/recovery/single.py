@@ -49,7 +49,7 @@ async def run_task(
     (folder / "script.json").write_text(json.dumps(script))
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
-    task_id = (await scheduler.schedule(spec or make_spec())).task.task_id
+    task_id = (await scheduler.transact(scheduler.schedule, spec or make_spec())).task.task_id
     env = {"KEEL_FAULT": fault} if fault else {}
     if trace:
         env["KEEL_FAULT_TRACE"] = str(trace)

@@ -259,7 +259,7 @@ async def run_round(
     for plan in plans:
         ref = SlackThread("T1", plan.name, "1700000000.000100")  # a channel per task
         spec = make_spec(message=plan.message, origin_thread_ref=ref, objective_key=str(ref))
-        task_ids[(await scheduler.schedule(spec)).task.task_id] = plan
+        task_ids[(await scheduler.transact(scheduler.schedule, spec)).task.task_id] = plan
     mail_at = {t: time.monotonic() + rng.uniform(0, 2.5) for t, p in task_ids.items() if p.mailbox}
     workers = [spawn_worker(db_url, folder, script_path, n) for n in WORKER_CONCURRENCY]
     leases = _Leases()
@@ -273,7 +273,7 @@ async def run_round(
                 break
             for task_id, at in list(mail_at.items()):
                 if time.monotonic() >= at:
-                    await scheduler.append_mailbox(
+                    await scheduler.transact(scheduler.append_mailbox,
                         task_id, f"followup-{task_id}", [text_part("it only fails on Safari")], "U1"
                     )
                     del mail_at[task_id]

@@ -51,7 +51,9 @@ async def run_approval(
     async def approve(scheduler: Scheduler, task_id: str, run: executions.Run, _: bool) -> None:
         if not approved and run.phase == "await_approval":
             for key in ("approve-1", "approve-1", "approve-2"):
-                await scheduler.append_mailbox(task_id, key, [text_part("approve")])
+                await scheduler.transact(
+                    scheduler.append_mailbox, task_id, key, [text_part("approve")]
+                )
             approved.append(task_id)
 
     task_id = await run_task(

@@ -30,7 +30,7 @@ async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
     folder.mkdir(parents=True, exist_ok=True)
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
-    task = (await scheduler.schedule(make_spec(message="spend"))).task
+    task = (await scheduler.transact(scheduler.schedule, make_spec(message="spend"))).task
     replies = ["continue", "stop"]
 
     async def answer(run: executions.Run | None) -> None:
@@ -40,7 +40,9 @@ async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
         posts = await db.read(lambda s: outbox.posts_of_task(s, task.task_id))
         if sum(1 for p in posts if p.purpose == "budget") > 2 - len(replies):
             text = replies.pop(0)
-            await scheduler.append_mailbox(task.task_id, f"reply-{text}", [text_part(text)])
+            await scheduler.transact(
+                scheduler.append_mailbox, task.task_id, f"reply-{text}", [text_part(text)]
+            )
 
     killed = await until_done(
         db,

@@ -37,8 +37,10 @@ async def _run(db_url: str, folder: Path, env: dict[str, str]) -> Observed:
     folder.mkdir(parents=True, exist_ok=True)
     db = Database.from_url(db_url)
     scheduler = Scheduler(db)
-    task = (await scheduler.schedule(make_spec(message="read every part"))).task
-    await scheduler.append_mailbox(task.task_id, "followup-1", [text_part(FOLLOW_UP)], "U1")
+    task = (await scheduler.transact(scheduler.schedule, make_spec(message="read every part"))).task
+    await scheduler.transact(
+        scheduler.append_mailbox, task.task_id, "followup-1", [text_part(FOLLOW_UP)], "U1"
+    )
     args = (db_url, str(folder), task.task_id)
     killed = await until_done(
         db,

@@ -636,7 +636,11 @@ async def save_work_in(db_url: str, ws: Path, commit: Tool, push: Tool) -> str:
     db = Database.from_url(db_url)
     try:
         scheduler = Scheduler(db)
-        task = (await scheduler.schedule(make_spec(message=f"save {uuid.uuid4().hex}"))).task
+        task = (
+            await scheduler.transact(
+                scheduler.schedule, make_spec(message=f"save {uuid.uuid4().hex}")
+            )
+        ).task
         ctx = ExecutorContext(
             db=db,
             scheduler=scheduler,

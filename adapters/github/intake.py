@@ -30,7 +30,7 @@ from routing.signal import Ignored, Signal
 from routing.sink import SignalSink
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
-from runtime.store import github as store
+from runtime.store import held as store
 from runtime.store.engine import Database
 from runtime.surfaces import Surface
 from runtime.threads import GitHubIssue

@@ -351,15 +351,15 @@ class Keel:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, *, workers: bool = True, intake: bool = True) -> None:
-        """Run the loops; ``intake`` (``keel serve``, not ``keel worker``) adds the ones that
-        finish what the webhooks received: GitHub's permission lookups and catch-up."""
+        """Run the loops; ``intake`` (``keel serve``, not ``keel worker``) adds the work that
+        finishes what the webhooks received: the held deliveries' permission lookups (in the
+        router's retry loop) and GitHub's catch-up."""
         self._stopping.clear()
         if self._listener is not None:
             self._listener.start()
         self._tasks.append(asyncio.create_task(self.dispatcher.run(self._stopping)))
-        self._tasks.append(asyncio.create_task(self.router.run(self._stopping)))
-        if intake and self.held is not None:
-            self._tasks.append(asyncio.create_task(self.held.run(self._stopping)))
+        held = self.held if intake else None
+        self._tasks.append(asyncio.create_task(self.router.run(self._stopping, held=held)))
         if intake and self.github_catchup is not None:
             self._tasks.append(asyncio.create_task(self.github_catchup.run(self._stopping)))
         if workers:

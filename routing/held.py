@@ -4,9 +4,10 @@ yet. It is authorised off the request path and never dropped silently.
 ``take`` routes a request at once (in the one transaction every delivery gets) when a recent
 lookup already let its asker in; otherwise it holds the delivery in the store
 (``runtime/store/held.py``) and the request is answered at once. The intake's retry loop
-(``Router.run``) then resolves each held delivery as it comes due: it asks the permission
-source for the person's permission (GitHub's ``role_name``, so triage and maintain rank as
-themselves), retrying a failing lookup, and hands the Signal with its permission to the sink.
+(``Router.run``, the same loop that resumes pending plans) then resolves each held delivery
+as it comes due: it asks the permission source for the person's permission (GitHub's
+``role_name``, so triage and maintain rank as themselves), retrying a failing lookup, and
+hands the Signal with its permission to the sink.
 What routing refuses is answered on the thread:
 
 - a lookup that kept failing gets a reply saying Keel could not verify the permission;
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Unauthorised = Literal["reply", "silent"]
+
+# How often the loop looks for held deliveries when nothing woke it: a postponed lookup
+# comes due at its time, which no event announces.
+POLL_S = 1.0
 
 
 class Reader(Protocol):
@@ -88,7 +93,7 @@ class HeldDeliveries:
         self.retry_delays_s = retry_delays_s
         self.lookup_timeout_s = lookup_timeout_s
         self.max_in_flight = max_in_flight
-        self._wake = asyncio.Event()
+        self.wake = asyncio.Event()  # set when a delivery is held or one in flight ends
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._reply_locks: dict[str, asyncio.Lock] = {}
 
@@ -114,30 +119,25 @@ class HeldDeliveries:
         """Store the delivery (the request path's only work) and wake the resolver."""
         now = self.clock.now()
         await self.db.run(lambda s: store.hold(s, delivery_id, event, payload, now))
-        self._wake.set()
+        self.wake.set()
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Resolve held deliveries as they come due, up to ``max_in_flight`` at once: a
-        lookup the provider is slow to answer holds only its own delivery."""
+    async def start_due(self) -> None:
+        """Start resolving the held deliveries that are due, up to ``max_in_flight`` at
+        once: a lookup the provider is slow to answer holds only its own delivery. The
+        intake's loop (``Router.run``) calls this whenever ``wake`` is set, and every
+        ``POLL_S``."""
+        self.wake.clear()
         try:
-            while not stopping.is_set():
-                self._wake.clear()
-                try:
-                    await self._start_due()
-                except Exception:  # the database is away: try again shortly
-                    log.exception("held deliveries: reading them failed")
-                waits = [
-                    asyncio.ensure_future(self._wake.wait()),
-                    asyncio.ensure_future(stopping.wait()),
-                ]
-                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-                for waiting in waits:
-                    waiting.cancel()
-        finally:
-            # Unfinished ones stay held in the database: the next start resolves them.
-            for running in self._in_flight.values():
-                running.cancel()
-            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+            await self._start_due()
+        except Exception:  # the database is away: the loop tries again shortly
+            log.exception("held deliveries: reading them failed")
+
+    async def stop(self) -> None:
+        """Cancel the lookups in flight; their deliveries stay held in the database, and
+        the next start resolves them."""
+        for running in self._in_flight.values():
+            running.cancel()
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
 
     async def _start_due(self) -> None:
         room = self.max_in_flight - len(self._in_flight)
@@ -156,7 +156,7 @@ class HeldDeliveries:
 
     def _finished(self, delivery_id: str, _: asyncio.Task[None]) -> None:
         self._in_flight.pop(delivery_id, None)
-        self._wake.set()
+        self.wake.set()
 
     async def _resolve_logged(self, held: store.HeldDelivery) -> None:
         try:

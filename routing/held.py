@@ -60,7 +60,7 @@ class Reader(Protocol):
         ...
 
     def raw_kind(self, event: str, payload: dict[str, Any]) -> str:
-        """The kind recorded for a delivery routing drops (e.g. ``issue_comment.created``)."""
+        """The kind recorded for a delivery routing ignores (e.g. ``issues.closed``)."""
         ...
 
 

@@ -18,7 +18,6 @@ from adapters.checkouts import Checkouts
 from adapters.config import AppConfig
 from adapters.github.catchup import CatchUp
 from adapters.github.client import GitHubClient
-from adapters.github.intake import GitHubIntake
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
@@ -26,6 +25,7 @@ from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
 from adapters.web.metrics import Metrics
 from routing.daemons import daemon_agents, daemon_residency
+from routing.held import HeldDeliveries
 from routing.intake import Router
 from routing.permissions import CachedPermissions
 from routing.policy import RoutingPolicy
@@ -110,7 +110,7 @@ class Keel:
     surfaces: dict[str, Surface] = field(init=False, default_factory=dict)
     github: GitHubClient | None = field(init=False, default=None)
     github_webhook: GitHubWebhook | None = field(init=False, default=None)
-    github_intake: GitHubIntake | None = field(init=False, default=None)
+    held: HeldDeliveries | None = field(init=False, default=None)
     github_catchup: CatchUp | None = field(init=False, default=None)
     slack: SlackConnection | None = field(init=False, default=None)
     workspaces: Workspaces = field(init=False)
@@ -211,8 +211,9 @@ class Keel:
         self._build_executor()
 
     def _connect_github(self) -> None:
-        """The GitHub client, surface and webhook; the permission lookup happens in the
-        intake, off the request path; the catch-up job asks for missed deliveries."""
+        """The GitHub client, surface and webhook; the permission lookup happens in
+        routing's held stage, off the request path; the catch-up job asks for missed
+        deliveries."""
         cfg = self.config.github
         self.github = github = GitHubClient.from_config(cfg)
         surface = GitHubSurface(github, allowed_mentions=cfg.allowed_mentions)
@@ -224,17 +225,16 @@ class Keel:
         webhook = GitHubWebhook.from_config(
             cfg, self.sink, self.clock, installations=github.installations
         )
-        self.github_intake = GitHubIntake(
+        self.held = webhook.held = HeldDeliveries(
             self.db,
             self.sink,
             CachedPermissions(github),
             self.clock,
-            webhook.translate,
+            webhook,
             surface=surface,
             min_permission=cfg.min_permission,
             unauthorised=cfg.unauthorised,
         )
-        webhook.intake = self.github_intake
         self.github_webhook = webhook
         if cfg.catch_up and github.installations is not None:
             self.github_catchup = CatchUp(
@@ -351,15 +351,15 @@ class Keel:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, *, workers: bool = True, intake: bool = True) -> None:
-        """Run the loops; ``intake`` (``keel serve``, not ``keel worker``) adds the ones that
-        finish what the webhooks received: GitHub's permission lookups and catch-up."""
+        """Run the loops; ``intake`` (``keel serve``, not ``keel worker``) adds the work that
+        finishes what the webhooks received: the held deliveries' permission lookups (in the
+        router's retry loop) and GitHub's catch-up."""
         self._stopping.clear()
         if self._listener is not None:
             self._listener.start()
         self._tasks.append(asyncio.create_task(self.dispatcher.run(self._stopping)))
-        self._tasks.append(asyncio.create_task(self.router.run(self._stopping)))
-        if intake and self.github_intake is not None:
-            self._tasks.append(asyncio.create_task(self.github_intake.run(self._stopping)))
+        held = self.held if intake else None
+        self._tasks.append(asyncio.create_task(self.router.run(self._stopping, held=held)))
         if intake and self.github_catchup is not None:
             self._tasks.append(asyncio.create_task(self.github_catchup.run(self._stopping)))
         if workers:

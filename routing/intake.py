@@ -12,12 +12,15 @@ its plan, the serialised Route. The same code then carries the route out, one tr
 try, and ``resume_pending`` does so after a crash from the stored plan, so a resumed plan gets
 its 👀 too. Every effect is keyed (mailbox key, creation key, cancel is idempotent): a second
 run converges.
+
+A person's request whose permission is not known yet comes in through the held stage
+(``routing/held.py``) and reaches ``ingest`` once its permission is looked up. ``run`` is the
+intake's one retry loop, for both: the pending plans and the held deliveries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -26,6 +29,7 @@ from routing.admission import Decided, Taken, admit_in, decided, dropped
 from routing.daemons import matching_daemons
 from routing.effects import Again, Effects, effect_key
 from routing.enrich import in_its_objective, in_its_thread
+from routing.held import POLL_S, HeldDeliveries
 from routing.locks import ObjectiveLocks
 from routing.notes import capped_in, refuse_in
 from routing.outcome import Ledger
@@ -126,16 +130,38 @@ class Router:
             self.scheduler.wake()
         return result
 
-    async def run(self, stopping: asyncio.Event, *, every_s: float = 10.0) -> None:
-        """Resume pending plans every ``every_s`` until ``stopping``: the intake's retry loop
-        for the plans no request is carrying out any more."""
-        while not stopping.is_set():
-            try:
-                await self.resume_pending()
-            except Exception:  # the loop's boundary: the store may be away; next round retries
-                log.exception("resuming pending signals failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=every_s)
+    async def run(
+        self,
+        stopping: asyncio.Event,
+        *,
+        every_s: float = 10.0,
+        held: HeldDeliveries | None = None,
+    ) -> None:
+        """The intake's one retry loop, until ``stopping``. It resumes the plans no request
+        is carrying out any more every ``every_s``; given ``held`` (``keel serve``), it also
+        starts resolving held deliveries as they come due, woken by each one held or
+        finished and every ``POLL_S`` in any case. Stopping cancels the lookups in flight:
+        their deliveries stay held for the next start."""
+        loop = asyncio.get_running_loop()
+        next_pass = loop.time()
+        try:
+            while not stopping.is_set():
+                if held is not None:
+                    await held.start_due()
+                if loop.time() >= next_pass:
+                    try:
+                        await self.resume_pending()
+                    except Exception:  # the loop's boundary: the store may be away
+                        log.exception("resuming pending signals failed")
+                    next_pass = loop.time() + every_s
+                wait_s = max(0.0, next_pass - loop.time())
+                if held is None:
+                    await _first_set([stopping], wait_s)
+                else:
+                    await _first_set([stopping, held.wake], min(wait_s, POLL_S))
+        finally:
+            if held is not None:
+                await held.stop()
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100
@@ -250,6 +276,14 @@ class Router:
             return result_of(record)
         reason = f"{again.cause}; not starting a second owner"
         return await self._ledger.settle(record, "escalated", reason, target)
+
+
+async def _first_set(events: list[asyncio.Event], timeout: float) -> None:
+    """Until one of ``events`` is set, or ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in waits:
+        waiting.cancel()
 
 
 def _route_of(record: SignalRecord) -> Route:

@@ -1,6 +1,8 @@
 """What the thread is told about a Signal, queued in the transaction that decides it: the 👀 of
 an accepted signal (🛑 for a stop), and the three posts written as prose (an escalation, the
-CI cap, a refused ``continue``)."""
+CI cap, a refused ``continue``). The two answers to a held request that routing turned away
+(its asker's permission unknown, or too low) are written here too; ``routing/held.py`` posts
+them after the decision, found again by their marker."""
 
 from __future__ import annotations
 
@@ -111,4 +113,20 @@ def _escalation_text(reason: str | None) -> str:
         "⚠️ I received this but could not safely attach it to the task already working "
         "here, and I will not start a second one. Please repeat it once that task has "
         f"replied. (reason: {reason})"
+    )
+
+
+def unverified_text(login: str, repo: str) -> str:
+    """A held request dropped because its asker's permission could not be looked up."""
+    return (
+        f"Keel could not verify {login}'s permission on {repo} (GitHub did not answer), so it "
+        "did not act on this request. Please ask again in a few minutes."
+    )
+
+
+def refused_text(login: str, repo: str, needed: str) -> str:
+    """A held request dropped because its asker's permission is below ``needed``."""
+    return (
+        f"Sorry {login}, Keel only takes requests from people with at least {needed} "
+        f"permission on {repo}."
     )

@@ -6,10 +6,11 @@ answered without routing. Ignored outcomes go to the sink too, which records the
 its reason (an unknown event, a repository outside ``github.repositories``).
 
 No GitHub call happens on the request path: a person's request whose permission must be
-looked up is held in the database (``GitHubIntake``) and answered at once; the lookup and
-the routing happen afterwards. One whose asker a recent lookup already let through is routed
-at once, like any other delivery. The delivery's ``installation.id`` is remembered for its
-repository, so that repository's calls and git pushes use that installation's token.
+looked up goes to routing's held stage (``routing/held.py``), which holds it in the database,
+and is answered at once; the lookup and the routing happen afterwards. One whose asker a
+recent lookup already let through is routed at once, like any other delivery. The delivery's
+``installation.id`` is remembered for its repository, so that repository's calls and git
+pushes use that installation's token.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from runtime.errors import ConfigError, Retryable
 
 if TYPE_CHECKING:
     from adapters.github.installations import Installations
-    from adapters.github.intake import GitHubIntake
+    from routing.held import HeldDeliveries
     from routing.sink import SignalSink
 
 # Signals from people, whose permission decides whether Keel acts (CI results go to daemons).
@@ -40,7 +41,10 @@ _PERSON_KINDS = frozenset({"issue_comment", "review_comment", "issue_opened", "p
 
 
 class GitHubWebhook:
-    """The webhook endpoint; ``handle`` is the FastAPI route."""
+    """The webhook endpoint; ``handle`` is the FastAPI route. It is also how routing's held
+    stage reads a held delivery back (``routing.held.Reader``)."""
+
+    provider = "github"
 
     def __init__(
         self,
@@ -52,7 +56,6 @@ class GitHubWebhook:
         trigger_label: str | None = None,
         repositories: tuple[str, ...] = (),
         clock: Clock | None = None,
-        intake: GitHubIntake | None = None,
         installations: Installations | None = None,
     ) -> None:
         self.secret = secret.encode()
@@ -62,7 +65,8 @@ class GitHubWebhook:
         self.trigger_label = trigger_label
         self.repositories = repositories
         self.clock = clock or SystemClock()
-        self.intake = intake
+        # Set by the composition root: the held stage reads its deliveries back through this.
+        self.held: HeldDeliveries | None = None
         self.installations = installations
 
     @classmethod
@@ -72,7 +76,6 @@ class GitHubWebhook:
         sink: SignalSink,
         clock: Clock,
         *,
-        intake: GitHubIntake | None = None,
         installations: Installations | None = None,
     ) -> GitHubWebhook:
         if config.webhook_secret is None:
@@ -87,7 +90,6 @@ class GitHubWebhook:
             trigger_label=config.trigger_label,
             repositories=config.repositories,
             clock=clock,
-            intake=intake,
             installations=installations,
         )
 
@@ -112,14 +114,15 @@ class GitHubWebhook:
         outcome = self.translate(event, delivery_id, payload, self.clock.now())
         if isinstance(outcome, Signal):
             self._remember_installation(outcome, payload)
-        action = payload.get("action")
-        raw_kind = f"{event}.{action}" if isinstance(action, str) else event
         try:
-            if self.intake is not None and _held(outcome):
-                await self.intake.take(outcome, event, delivery_id, payload)
+            if self.held is not None and _held(outcome):
+                await self.held.take(outcome, event, delivery_id, payload)
             else:
                 await self.sink.accept(
-                    outcome, provider="github", delivery_id=delivery_id, raw_kind=raw_kind
+                    outcome,
+                    provider=self.provider,
+                    delivery_id=delivery_id,
+                    raw_kind=self.raw_kind(event, payload),
                 )
         except Retryable:
             return JSONResponse(
@@ -127,6 +130,11 @@ class GitHubWebhook:
             )
         return JSONResponse({"ok": True})
 
+    @staticmethod
+    def raw_kind(event: str, payload: dict[str, Any]) -> str:
+        """The kind a delivery is recorded with: the event and its action."""
+        action = payload.get("action")
+        return f"{event}.{action}" if isinstance(action, str) else event
 
     def translate(
         self, event: str, delivery_id: str, payload: dict[str, Any], received_at: datetime

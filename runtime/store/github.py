@@ -1,87 +1,27 @@
-"""GitHub's own rows: deliveries held for the permission lookup, and requested redeliveries.
+"""GitHub's own rows: the redeliveries the catch-up job asked for, and which deliveries Keel
+already has.
 
-A held delivery is keyed by its delivery id (a redelivery while it is held is the same row);
-it is released once routing has it. A redelivery request is claimed by the delivery's GUID
-before it is made, so neither a restart nor a second process ever asks twice.
+A redelivery request is claimed by the delivery's GUID before it is made, so neither a restart
+nor a second process ever asks twice. A delivery Keel has is one it routed (a Signal) or one
+the intake holds for a permission lookup (``runtime/store/held.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
-from sqlalchemy import Table, delete, select, update
+from sqlalchemy import Table, delete, select
 from sqlalchemy.orm import Session
 
 from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import GitHubInboxRow, GitHubRedeliveryRow, SignalRow
 
-_HOLD = insert_ignoring(
-    cast(Table, GitHubInboxRow.__table__),
-    ["delivery_id", "event", "payload", "received_at", "attempts", "next_at", "last_error"],
-)
 _CLAIM = insert_ignoring(
     cast(Table, GitHubRedeliveryRow.__table__),
     ["guid", "hook_id", "delivered_at", "requested_at"],
 )
-
-
-@dataclass(frozen=True, slots=True)
-class HeldDelivery:
-    delivery_id: str
-    event: str
-    payload: dict[str, Any]
-    received_at: datetime
-    attempts: int
-
-
-def hold(
-    session: Session, delivery_id: str, event: str, payload: dict[str, Any], now: datetime
-) -> bool:
-    """Hold a delivery until its permission is known; False if it is held already."""
-    values = {
-        "delivery_id": delivery_id,
-        "event": event,
-        "payload": payload,
-        "received_at": now,
-        "attempts": 0,
-        "next_at": now,
-        "last_error": None,
-    }
-    return bool(_HOLD.execute(session, parameters(values)))
-
-
-def due(session: Session, now: datetime, limit: int) -> list[HeldDelivery]:
-    rows = session.scalars(
-        select(GitHubInboxRow)
-        .where(GitHubInboxRow.next_at <= now)
-        .order_by(GitHubInboxRow.next_at)
-        .limit(limit)
-    )
-    return [
-        HeldDelivery(r.delivery_id, r.event, dict(r.payload), r.received_at, r.attempts)
-        for r in rows
-    ]
-
-
-def postpone(
-    session: Session, delivery_id: str, attempts: int, next_at: datetime, error: str
-) -> None:
-    session.execute(
-        update(GitHubInboxRow)
-        .where(GitHubInboxRow.delivery_id == delivery_id)
-        .values(attempts=attempts, next_at=next_at, last_error=error[:2000])
-    )
-
-
-def release(session: Session, delivery_id: str) -> None:
-    session.execute(delete(GitHubInboxRow).where(GitHubInboxRow.delivery_id == delivery_id))
-
-
-def held_count(session: Session) -> int:
-    return len(session.scalars(select(GitHubInboxRow.delivery_id)).all())
 
 
 def known_deliveries(session: Session, guids: Iterable[str]) -> set[str]:

@@ -51,7 +51,7 @@ def _keel(live: Live) -> Keel:
 
 
 def _fast_retries(live: Live) -> None:
-    intake = _keel(live).github_intake
+    intake = _keel(live).held
     assert intake is not None
     intake.retry_delays_s = (0.05, 0.05)
 
@@ -157,7 +157,7 @@ async def test_a_request_is_routed_before_the_answer_when_a_recent_lookup_let_it
         first, second = (github.add_issue(GH_REPO, t, "", user="octocat") for t in "AB")
         await _comment(live, first, "@keel fix it")
         await live.drained()  # looked up, routed and released
-        intake = _keel(live).github_intake
+        intake = _keel(live).held
         assert intake is not None
         intake.max_in_flight = 0  # from here on, a held delivery would stay held
 

@@ -1,18 +1,21 @@
-"""GitHub deliveries between the webhook and routing: authorised off the request path, never
-dropped silently.
+"""Held deliveries: the intake's stage for a person's request whose permission is not known
+yet. It is authorised off the request path and never dropped silently.
 
-The webhook holds a person's request in the database and answers at once (unless a recent
-lookup already let that person ask: then it is routed at once, as any delivery); ``run`` asks
-GitHub for the person's role on the repository (``role_name``, so triage and maintain rank as
-themselves), retrying a failing lookup, and hands the Signal with its permission to the sink.
+``take`` routes a request at once (in the one transaction every delivery gets) when a recent
+lookup already let its asker in; otherwise it holds the delivery in the store
+(``runtime/store/held.py``) and the request is answered at once. The intake's retry loop
+(``Router.run``, the same loop that resumes pending plans) then resolves each held delivery
+as it comes due: it asks the permission source for the person's permission (GitHub's
+``role_name``, so triage and maintain rank as themselves), retrying a failing lookup, and
+hands the Signal with its permission to the sink.
 What routing refuses is answered on the thread:
 
 - a lookup that kept failing gets a reply saying Keel could not verify the permission;
 - an unauthorised request gets a short refusal, once per person and thread, unless
-  ``github.unauthorised: silent``.
+  ``unauthorised`` is ``silent``.
 
 Replies are found again by their marker before posting, so a retry never posts twice. A held
-delivery survives a restart: the next ``run`` picks it up.
+delivery survives a restart: the next loop picks it up.
 """
 
 from __future__ import annotations
@@ -20,36 +23,48 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from routing.notes import refused_text, unverified_text
 from routing.permissions import CachedPermissions, with_permission
 from routing.policy import permits
 from routing.signal import Ignored, Signal
-from routing.sink import SignalSink
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
-from runtime.store import github as store
+from runtime.store import held as store
 from runtime.store.engine import Database
 from runtime.surfaces import Surface
-from runtime.threads import GitHubIssue
+
+if TYPE_CHECKING:
+    from routing.sink import SignalSink
 
 log = logging.getLogger(__name__)
 
 Unauthorised = Literal["reply", "silent"]
 
-UNVERIFIED = (
-    "Keel could not verify {login}'s permission on {repo} (GitHub did not answer), so it did "
-    "not act on this request. Please ask again in a few minutes."
-)
-REFUSED = (
-    "Sorry {login}, Keel only takes requests from people with at least {needed} permission "
-    "on {repo}."
-)
+# How often the loop looks for held deliveries when nothing woke it: a postponed lookup
+# comes due at its time, which no event announces.
+POLL_S = 1.0
 
 
-class GitHubIntake:
+class Reader(Protocol):
+    """How the provider whose deliveries are held reads one back from the store."""
+
+    provider: str
+
+    def translate(
+        self, event: str, delivery_id: str, payload: dict[str, Any], received_at: datetime
+    ) -> Signal | Ignored:
+        """The delivery as routing sees it."""
+        ...
+
+    def raw_kind(self, event: str, payload: dict[str, Any]) -> str:
+        """The kind recorded for a delivery routing ignores (e.g. ``issues.closed``)."""
+        ...
+
+
+class HeldDeliveries:
     """Held deliveries → permission → routing, with a visible answer to every refusal."""
 
     def __init__(
@@ -58,7 +73,7 @@ class GitHubIntake:
         sink: SignalSink,
         permissions: CachedPermissions,
         clock: Clock,
-        translate: Callable[[str, str, dict[str, Any], datetime], Signal | Ignored],
+        reader: Reader,
         *,
         surface: Surface | None = None,
         min_permission: str = "write",
@@ -71,17 +86,16 @@ class GitHubIntake:
         self.sink = sink
         self.permissions = permissions
         self.clock = clock
-        self.translate = translate
+        self.reader = reader
         self.surface = surface
         self.min_permission = min_permission
         self.unauthorised = unauthorised
         self.retry_delays_s = retry_delays_s
         self.lookup_timeout_s = lookup_timeout_s
         self.max_in_flight = max_in_flight
-        self._wake = asyncio.Event()
+        self.wake = asyncio.Event()  # set when a delivery is held or one in flight ends
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._reply_locks: dict[str, asyncio.Lock] = {}
-        self.replies = 0
 
     async def take(
         self, signal: Signal, event: str, delivery_id: str, payload: dict[str, Any]
@@ -96,39 +110,34 @@ class GitHubIntake:
             return
         await self.sink.accept(
             with_permission(signal, known.permission),
-            provider="github",
+            provider=self.reader.provider,
             delivery_id=delivery_id,
-            raw_kind=_raw_kind(event, payload),
+            raw_kind=self.reader.raw_kind(event, payload),
         )
 
     async def hold(self, event: str, delivery_id: str, payload: dict[str, Any]) -> None:
         """Store the delivery (the request path's only work) and wake the resolver."""
         now = self.clock.now()
         await self.db.run(lambda s: store.hold(s, delivery_id, event, payload, now))
-        self._wake.set()
+        self.wake.set()
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Resolve held deliveries as they come due, up to ``max_in_flight`` at once: a
-        lookup GitHub is slow to answer holds only its own delivery."""
+    async def start_due(self) -> None:
+        """Start resolving the held deliveries that are due, up to ``max_in_flight`` at
+        once: a lookup the provider is slow to answer holds only its own delivery. The
+        intake's loop (``Router.run``) calls this whenever ``wake`` is set, and every
+        ``POLL_S``."""
+        self.wake.clear()
         try:
-            while not stopping.is_set():
-                self._wake.clear()
-                try:
-                    await self._start_due()
-                except Exception:  # the database is away: try again shortly
-                    log.exception("github intake: reading held deliveries failed")
-                waits = [
-                    asyncio.ensure_future(self._wake.wait()),
-                    asyncio.ensure_future(stopping.wait()),
-                ]
-                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-                for waiting in waits:
-                    waiting.cancel()
-        finally:
-            # Unfinished ones stay held in the database: the next start resolves them.
-            for running in self._in_flight.values():
-                running.cancel()
-            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+            await self._start_due()
+        except Exception:  # the database is away: the loop tries again shortly
+            log.exception("held deliveries: reading them failed")
+
+    async def stop(self) -> None:
+        """Cancel the lookups in flight; their deliveries stay held in the database, and
+        the next start resolves them."""
+        for running in self._in_flight.values():
+            running.cancel()
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
 
     async def _start_due(self) -> None:
         room = self.max_in_flight - len(self._in_flight)
@@ -147,23 +156,18 @@ class GitHubIntake:
 
     def _finished(self, delivery_id: str, _: asyncio.Task[None]) -> None:
         self._in_flight.pop(delivery_id, None)
-        self._wake.set()
+        self.wake.set()
 
     async def _resolve_logged(self, held: store.HeldDelivery) -> None:
         try:
             await self._resolve(held)
         except Exception:
-            log.exception("github intake: delivery %s", held.delivery_id)
-
-    async def process_due(self) -> int:
-        """Resolve every held delivery that is due, to the end; how many were handled."""
-        now = self.clock.now()
-        held = await self.db.run(lambda s: store.due(s, now, self.max_in_flight))
-        await asyncio.gather(*(self._resolve(item) for item in held))
-        return len(held)
+            log.exception("held delivery %s", held.delivery_id)
 
     async def _resolve(self, held: store.HeldDelivery) -> None:
-        outcome = self.translate(held.event, held.delivery_id, held.payload, held.received_at)
+        outcome = self.reader.translate(
+            held.event, held.delivery_id, held.payload, held.received_at
+        )
         unverified = False
         if isinstance(outcome, Signal) and outcome.repo is not None:
             try:
@@ -185,9 +189,9 @@ class GitHubIntake:
         try:
             result = await self.sink.accept(
                 outcome,
-                provider="github",
+                provider=self.reader.provider,
                 delivery_id=held.delivery_id,
-                raw_kind=_raw_kind(held.event, held.payload),
+                raw_kind=self.reader.raw_kind(held.event, held.payload),
             )
             if (
                 isinstance(outcome, Signal)
@@ -195,7 +199,7 @@ class GitHubIntake:
                 and result.reason == "unauthorised"
             ):
                 await self._answer_refusal(outcome, unverified=unverified)
-        except (KeelError, OSError) as e:  # the store or GitHub is away: keep it held
+        except (KeelError, OSError) as e:  # the store or the provider is away: keep it held
             await self._postpone(held, e, count=False)
             return
         await self.db.run(lambda s: store.release(s, held.delivery_id))
@@ -213,33 +217,28 @@ class GitHubIntake:
         )
 
     async def _answer_refusal(self, signal: Signal, *, unverified: bool) -> None:
-        thread = signal.thread_ref
-        if self.surface is None or not isinstance(thread, GitHubIssue):
+        # Held requests are people's comments and openings in a repository's issue or pull
+        # request, which ``thread_ref.root`` names.
+        repo = signal.repo
+        if self.surface is None or repo is None:
             return
-        login, repo = signal.actor.name, thread.repo
+        thread, login = signal.thread_ref.root, signal.actor.name
         if unverified:
             key = f"unverified:{signal.delivery_id}"
-            text = UNVERIFIED.format(login=login, repo=repo)
+            text = unverified_text(login, repo)
         elif self.unauthorised == "reply":
             key = f"refused:{login.lower()}"  # once per person per thread
-            text = REFUSED.format(login=login, repo=repo, needed=self.min_permission)
+            text = refused_text(login, repo, self.min_permission)
         else:
             return
         # Two requests of one person in one thread resolve at once: one reply between them.
-        lock = self._reply_locks.setdefault(f"{thread.root}:{key}", asyncio.Lock())
+        lock = self._reply_locks.setdefault(f"{thread}:{key}", asyncio.Lock())
         async with lock:
             try:
-                if await self.surface.find_post(thread.root, key=key) is not None:
+                if await self.surface.find_post(thread, key=key) is not None:
                     return
-                await self.surface.post(thread.root, text, key=key)
+                await self.surface.post(thread, text, key=key)
             except Retryable:
                 raise
             except KeelError as e:
                 log.warning("could not answer %s on %s: %s", login, thread, e)
-                return
-        self.replies += 1
-
-
-def _raw_kind(event: str, payload: dict[str, Any]) -> str:
-    action = payload.get("action")
-    return f"{event}.{action}" if isinstance(action, str) else event

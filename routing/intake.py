@@ -144,15 +144,15 @@ class Router:
         their deliveries stay held for the next start."""
         loop = asyncio.get_running_loop()
         next_pass = loop.time()
+        # A pass runs beside the held stage, so plans retrying their delays never hold up a
+        # delivery waiting for its lookup; one pass at a time.
+        resuming: asyncio.Task[None] | None = None
         try:
             while not stopping.is_set():
                 if held is not None:
                     await held.start_due()
-                if loop.time() >= next_pass:
-                    try:
-                        await self.resume_pending()
-                    except Exception:  # the loop's boundary: the store may be away
-                        log.exception("resuming pending signals failed")
+                if loop.time() >= next_pass and (resuming is None or resuming.done()):
+                    resuming = asyncio.create_task(self._resume_pass())
                     next_pass = loop.time() + every_s
                 wait_s = max(0.0, next_pass - loop.time())
                 if held is None:
@@ -160,8 +160,16 @@ class Router:
                 else:
                     await _first_set([stopping, held.wake], min(wait_s, POLL_S))
         finally:
+            if resuming is not None:
+                await resuming  # a pass in progress finishes: each plan it carries is keyed
             if held is not None:
                 await held.stop()
+
+    async def _resume_pass(self) -> None:
+        try:
+            await self.resume_pending()
+        except Exception:  # the loop's boundary: the store may be away; next pass retries
+            log.exception("resuming pending signals failed")
 
     async def resume_pending(
         self, *, older_than: timedelta = timedelta(seconds=30), limit: int = 100

@@ -15,7 +15,7 @@ import binascii
 import ipaddress
 import os
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -512,14 +512,41 @@ def build_config(tree: object, env: Mapping[str, str] | None = None) -> AppConfi
     resolved = resolution.resolve(tree, ())
     assert isinstance(resolved, dict)
     _override_database_url(resolved, resolution)
+    problems = _unknown_unset_keys(tree, resolution)
     try:
         config = AppConfig.model_validate(resolved)
     except ValidationError as e:
         # Not chained: a ValidationError's text quotes input values, and those may be secrets.
-        problems = (_problem(d, resolution.unset, resolution.sources) for d in _details(e))
+        found = [_problem(d, resolution.unset, resolution.sources) for d in _details(e)]
+        problems = [*found, *(line for line in problems if line not in found)]
+    if problems:
         raise ConfigError("\n".join(problems)) from None
     config._sources = resolution.sources
     return config
+
+
+def _unknown_unset_keys(tree: dict[Any, Any], resolution: _Resolution) -> list[str]:
+    """The unknown keys among those whose value came out empty.
+
+    Such a key is left out of the tree that is validated (it takes its default), so a
+    misspelt one, ``slack.signing_secert: ${SLACK_SIGNING_SECRET}`` with the variable unset,
+    would pass unseen until the variable is set at deploy time. The tree is validated once
+    more with every such key kept (as null), and only its unknown keys are reported: what
+    the null does to a known key is no problem, since that key is left out for real.
+    """
+    if not resolution.emptied:
+        return []
+    kept = _Resolution(resolution.env, keep_empty=True).resolve(tree, ())
+    assert isinstance(kept, dict)
+    try:
+        AppConfig.model_validate(kept)
+    except ValidationError as e:
+        return [
+            _problem(d, resolution.unset, resolution.sources)
+            for d in _details(e)
+            if d["type"] == "extra_forbidden"
+        ]
+    return []
 
 
 def _override_database_url(tree: dict[Any, Any], resolution: _Resolution) -> None:
@@ -543,19 +570,32 @@ class _Resolution:
     """One pass of substitution over the parsed tree, remembering which path read which var."""
 
     env: Mapping[str, str]
+    # Keep a key whose value comes out empty, as None, instead of leaving it out.
+    keep_empty: bool = False
     sources: dict[str, str] = field(default_factory=dict)
     unset: dict[str, str] = field(default_factory=dict)
+    # How many keys were left out because their value came out empty.
+    emptied: int = 0
 
     def resolve(self, node: object, loc: tuple[str | int, ...]) -> object:
         if isinstance(node, dict):
             items = ((key, self.resolve(value, (*loc, key))) for key, value in node.items())
-            return {key: value for key, value in items if value is not _ABSENT}
+            return dict(self._kept(items))
         if isinstance(node, list):
             values = (self.resolve(value, (*loc, i)) for i, value in enumerate(node))
             return [value for value in values if value is not _ABSENT]
         if node is None:
             return _ABSENT
         return self._substitute(node, dotted(loc)) if isinstance(node, str) else node
+
+    def _kept(self, items: Iterable[tuple[Any, object]]) -> Iterator[tuple[Any, object]]:
+        for key, value in items:
+            if value is not _ABSENT:
+                yield key, value
+            elif self.keep_empty:
+                yield key, None
+            else:
+                self.emptied += 1
 
     def _substitute(self, text: str, path: str) -> object:
         names = [m.group(2) for m in _REFERENCE.finditer(text) if not m.group(1)]

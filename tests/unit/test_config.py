@@ -151,6 +151,63 @@ def test_unknown_key_names_its_path_when_loaded_from_a_file(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
+    ("tree", "expected"),
+    [
+        (
+            {"slack": {"signing_secert": "${SLACK_SIGNING_SECRET}"}},
+            "slack.signing_secert: unknown key (from SLACK_SIGNING_SECRET)",
+        ),
+        ({"slack": {"signing_secert": None}}, "slack.signing_secert: unknown key"),
+        ({"github": {"app": {"app_idd": ""}}}, "github.app.app_idd: unknown key"),
+        (
+            {"agents": {"default": {"limits": {"max_turnz": "${TURNS}"}}}},
+            "agents.default.limits.max_turnz: unknown key (from TURNS)",
+        ),
+        (
+            {"workspace": {"repositories": {"acme/w": {"url": "/srv/w", "reff": "${REF}"}}}},
+            "workspace.repositories.acme/w.reff: unknown key (from REF)",
+        ),
+        ({"slak": {"bot_token": "${SLACK_BOT_TOKEN}"}}, "slak: unknown key"),
+    ],
+)
+def test_unknown_key_is_refused_when_its_value_comes_out_empty(
+    tree: dict[str, Any], expected: str
+) -> None:
+    assert problems_of(tree) == [expected]
+
+
+def test_unknown_key_with_an_unset_variable_is_named_beside_other_problems() -> None:
+    tree = {"server": {"port": "eighty", "hots": "${KEEL_HOST}"}, "worker": {"lease": None}}
+
+    assert sorted(problems_of(tree)) == [
+        "server.hots: unknown key (from KEEL_HOST)",
+        "server.port: Input should be a valid integer, unable to parse string as an integer",
+        "worker.lease: unknown key",
+    ]
+
+
+def test_known_keys_with_unset_variables_still_take_their_defaults_in_app_yaml() -> None:
+    """app.yaml reads many variables; with none set, every one of its keys is a real key."""
+    config = load_config(APP_YAML, {})
+
+    assert config.slack.signing_secret is None and config.github.app.app_id is None
+    assert config.routing.default_repo is None
+
+
+def test_unknown_key_in_app_yaml_header_example_is_refused_when_its_variable_is_unset(
+    tmp_path: Path,
+) -> None:
+    text = APP_YAML.read_text().replace(
+        "signing_secret: ${SLACK_SIGNING_SECRET}", "signing_secert: ${SLACK_SIGNING_SECRET}"
+    )
+    path = write_yaml(tmp_path, text)
+
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, {})
+    assert str(raised.value) == "slack.signing_secert: unknown key (from SLACK_SIGNING_SECRET)"
+
+
+@pytest.mark.parametrize(
     ("tree", "key"),
     [
         ({"server": {"port": "eighty"}}, "server.port"),

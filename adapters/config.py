@@ -32,6 +32,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from adapters.checkouts import allowed, is_github_name
 from routing.config import DaemonsConfig, RoutingConfig
 from runtime.config import (
     Agents,
@@ -459,17 +460,30 @@ def _channel_of_no_workspace(config: AppConfig) -> list[str]:
 
 
 def _unknown_repositories(config: AppConfig) -> list[str]:
-    repos = config.workspace.repositories
-    known = ", ".join(repos) or "none"
+    """A repository requests are routed to must be one Keel can check out: an entry of
+    ``workspace.repositories``, or a GitHub ``owner/name`` that ``github.repositories`` admits,
+    cloned on demand once GitHub is enabled (as ``Checkouts`` does)."""
     routing = config.routing
     named = {f"routing.channel_repos.{ch}": repo for ch, repo in routing.channel_repos.items()}
     if routing.default_repo is not None:
         named["routing.default_repo"] = routing.default_repo
     return [
-        f"{path}: unknown repository {repo!r} (workspace.repositories: {known})"
-        for path, repo in named.items()
-        if repo not in repos
+        f"{path}: {why}" for path, repo in named.items() if (why := _why_unreachable(config, repo))
     ]
+
+
+def _why_unreachable(config: AppConfig, repo: str) -> str | None:
+    repos, github = config.workspace.repositories, config.github
+    if repo in repos:
+        return None
+    unknown = f"unknown repository {repo!r} (workspace.repositories: {', '.join(repos) or 'none'})"
+    if not is_github_name(repo):
+        return f"{unknown}; name an entry there, or a GitHub owner/name"
+    if not allowed(repo, github.repositories):
+        return f"{unknown}, and github.repositories ({', '.join(github.repositories)}) excludes it"
+    if not github.enabled:
+        return f"{unknown}, and GitHub is disabled, so Keel cannot clone it"
+    return None
 
 
 def describe(config: AppConfig) -> list[str]:

@@ -44,6 +44,11 @@ def allowed(repo: str, patterns: Sequence[str]) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(name, p.lower()) for p in patterns)
 
 
+def is_github_name(repo: str) -> bool:
+    """``repo`` reads as a GitHub ``owner/name``: one Keel can clone on demand."""
+    return _GITHUB_NAME.match(repo) is not None
+
+
 class Checkouts:
     """Task → workspace path (the executor's ``workspace_for``), task → GitHub name, and
     task → git token (the devbox's ``GitCredentials``)."""
@@ -78,7 +83,7 @@ class Checkouts:
         branch = await self._pull_branch(root)
         if override is not None:
             spec = WorkspaceSpec(root.task_id, override.url, branch or override.ref)
-        elif self.host is not None and _GITHUB_NAME.match(key) and allowed(key, self.allow):
+        elif self.host is not None and is_github_name(key) and allowed(key, self.allow):
             spec = WorkspaceSpec(root.task_id, await self.host.clone_url(key), branch)
         else:
             return None

@@ -15,7 +15,7 @@ import binascii
 import ipaddress
 import os
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +32,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from adapters.checkouts import allowed, is_github_name
 from routing.config import DaemonsConfig, RoutingConfig
 from runtime.config import (
     Agents,
@@ -459,17 +460,30 @@ def _channel_of_no_workspace(config: AppConfig) -> list[str]:
 
 
 def _unknown_repositories(config: AppConfig) -> list[str]:
-    repos = config.workspace.repositories
-    known = ", ".join(repos) or "none"
+    """A repository requests are routed to must be one Keel can check out: an entry of
+    ``workspace.repositories``, or a GitHub ``owner/name`` that ``github.repositories`` admits,
+    cloned on demand once GitHub is enabled (as ``Checkouts`` does)."""
     routing = config.routing
     named = {f"routing.channel_repos.{ch}": repo for ch, repo in routing.channel_repos.items()}
     if routing.default_repo is not None:
         named["routing.default_repo"] = routing.default_repo
     return [
-        f"{path}: unknown repository {repo!r} (workspace.repositories: {known})"
-        for path, repo in named.items()
-        if repo not in repos
+        f"{path}: {why}" for path, repo in named.items() if (why := _why_unreachable(config, repo))
     ]
+
+
+def _why_unreachable(config: AppConfig, repo: str) -> str | None:
+    repos, github = config.workspace.repositories, config.github
+    if repo in repos:
+        return None
+    unknown = f"unknown repository {repo!r} (workspace.repositories: {', '.join(repos) or 'none'})"
+    if not is_github_name(repo):
+        return f"{unknown}; name an entry there, or a GitHub owner/name"
+    if not allowed(repo, github.repositories):
+        return f"{unknown}, and github.repositories ({', '.join(github.repositories)}) excludes it"
+    if not github.enabled:
+        return f"{unknown}, and GitHub is disabled, so Keel cannot clone it"
+    return None
 
 
 def describe(config: AppConfig) -> list[str]:
@@ -512,14 +526,41 @@ def build_config(tree: object, env: Mapping[str, str] | None = None) -> AppConfi
     resolved = resolution.resolve(tree, ())
     assert isinstance(resolved, dict)
     _override_database_url(resolved, resolution)
+    problems = _unknown_unset_keys(tree, resolution)
     try:
         config = AppConfig.model_validate(resolved)
     except ValidationError as e:
         # Not chained: a ValidationError's text quotes input values, and those may be secrets.
-        problems = (_problem(d, resolution.unset, resolution.sources) for d in _details(e))
+        found = [_problem(d, resolution.unset, resolution.sources) for d in _details(e)]
+        problems = [*found, *(line for line in problems if line not in found)]
+    if problems:
         raise ConfigError("\n".join(problems)) from None
     config._sources = resolution.sources
     return config
+
+
+def _unknown_unset_keys(tree: dict[Any, Any], resolution: _Resolution) -> list[str]:
+    """The unknown keys among those whose value came out empty.
+
+    Such a key is left out of the tree that is validated (it takes its default), so a
+    misspelt one, ``slack.signing_secert: ${SLACK_SIGNING_SECRET}`` with the variable unset,
+    would pass unseen until the variable is set at deploy time. The tree is validated once
+    more with every such key kept (as null), and only its unknown keys are reported: what
+    the null does to a known key is no problem, since that key is left out for real.
+    """
+    if not resolution.emptied:
+        return []
+    kept = _Resolution(resolution.env, keep_empty=True).resolve(tree, ())
+    assert isinstance(kept, dict)
+    try:
+        AppConfig.model_validate(kept)
+    except ValidationError as e:
+        return [
+            _problem(d, resolution.unset, resolution.sources)
+            for d in _details(e)
+            if d["type"] == "extra_forbidden"
+        ]
+    return []
 
 
 def _override_database_url(tree: dict[Any, Any], resolution: _Resolution) -> None:
@@ -543,19 +584,32 @@ class _Resolution:
     """One pass of substitution over the parsed tree, remembering which path read which var."""
 
     env: Mapping[str, str]
+    # Keep a key whose value comes out empty, as None, instead of leaving it out.
+    keep_empty: bool = False
     sources: dict[str, str] = field(default_factory=dict)
     unset: dict[str, str] = field(default_factory=dict)
+    # How many keys were left out because their value came out empty.
+    emptied: int = 0
 
     def resolve(self, node: object, loc: tuple[str | int, ...]) -> object:
         if isinstance(node, dict):
             items = ((key, self.resolve(value, (*loc, key))) for key, value in node.items())
-            return {key: value for key, value in items if value is not _ABSENT}
+            return dict(self._kept(items))
         if isinstance(node, list):
             values = (self.resolve(value, (*loc, i)) for i, value in enumerate(node))
             return [value for value in values if value is not _ABSENT]
         if node is None:
             return _ABSENT
         return self._substitute(node, dotted(loc)) if isinstance(node, str) else node
+
+    def _kept(self, items: Iterable[tuple[Any, object]]) -> Iterator[tuple[Any, object]]:
+        for key, value in items:
+            if value is not _ABSENT:
+                yield key, value
+            elif self.keep_empty:
+                yield key, None
+            else:
+                self.emptied += 1
 
     def _substitute(self, text: str, path: str) -> object:
         names = [m.group(2) for m in _REFERENCE.finditer(text) if not m.group(1)]

@@ -79,6 +79,16 @@ def test_config_check_exits_2_naming_the_key_when_config_is_wrong(tmp_path: Path
     assert "github.webhok_secret" in result.stderr
 
 
+def test_config_check_exits_2_naming_a_misspelt_key_when_its_variable_is_unset(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "app.yaml"
+    bad.write_text("slack:\n  signing_secert: ${SLACK_SIGNING_SECRET}\n")
+    result = _keel("config", "check", str(bad), db_url="sqlite://", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "slack.signing_secert: unknown key (from SLACK_SIGNING_SECRET)" in result.stderr
+
+
 def test_config_check_disables_surfaces_when_secrets_are_missing(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     env_free = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GITHUB_"))}

@@ -151,6 +151,63 @@ def test_unknown_key_names_its_path_when_loaded_from_a_file(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
+    ("tree", "expected"),
+    [
+        (
+            {"slack": {"signing_secert": "${SLACK_SIGNING_SECRET}"}},
+            "slack.signing_secert: unknown key (from SLACK_SIGNING_SECRET)",
+        ),
+        ({"slack": {"signing_secert": None}}, "slack.signing_secert: unknown key"),
+        ({"github": {"app": {"app_idd": ""}}}, "github.app.app_idd: unknown key"),
+        (
+            {"agents": {"default": {"limits": {"max_turnz": "${TURNS}"}}}},
+            "agents.default.limits.max_turnz: unknown key (from TURNS)",
+        ),
+        (
+            {"workspace": {"repositories": {"acme/w": {"url": "/srv/w", "reff": "${REF}"}}}},
+            "workspace.repositories.acme/w.reff: unknown key (from REF)",
+        ),
+        ({"slak": {"bot_token": "${SLACK_BOT_TOKEN}"}}, "slak: unknown key"),
+    ],
+)
+def test_unknown_key_is_refused_when_its_value_comes_out_empty(
+    tree: dict[str, Any], expected: str
+) -> None:
+    assert problems_of(tree) == [expected]
+
+
+def test_unknown_key_with_an_unset_variable_is_named_beside_other_problems() -> None:
+    tree = {"server": {"port": "eighty", "hots": "${KEEL_HOST}"}, "worker": {"lease": None}}
+
+    assert sorted(problems_of(tree)) == [
+        "server.hots: unknown key (from KEEL_HOST)",
+        "server.port: Input should be a valid integer, unable to parse string as an integer",
+        "worker.lease: unknown key",
+    ]
+
+
+def test_known_keys_with_unset_variables_still_take_their_defaults_in_app_yaml() -> None:
+    """app.yaml reads many variables; with none set, every one of its keys is a real key."""
+    config = load_config(APP_YAML, {})
+
+    assert config.slack.signing_secret is None and config.github.app.app_id is None
+    assert config.routing.default_repo is None
+
+
+def test_unknown_key_in_app_yaml_header_example_is_refused_when_its_variable_is_unset(
+    tmp_path: Path,
+) -> None:
+    text = APP_YAML.read_text().replace(
+        "signing_secret: ${SLACK_SIGNING_SECRET}", "signing_secert: ${SLACK_SIGNING_SECRET}"
+    )
+    path = write_yaml(tmp_path, text)
+
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, {})
+    assert str(raised.value) == "slack.signing_secert: unknown key (from SLACK_SIGNING_SECRET)"
+
+
+@pytest.mark.parametrize(
     ("tree", "key"),
     [
         ({"server": {"port": "eighty"}}, "server.port"),
@@ -452,14 +509,16 @@ def test_daemons_validate_when_fully_specified() -> None:
         ),
         (
             {"routing": {"default_repo": "acme/w"}},
-            "routing.default_repo: unknown repository 'acme/w' (workspace.repositories: none)",
+            "routing.default_repo: unknown repository 'acme/w' (workspace.repositories: none), "
+            "and GitHub is disabled, so Keel cannot clone it",
         ),
         (
             {
                 "routing": {"channel_repos": {"C1": "nope"}},
                 "workspace": {"repositories": {"acme/w": {"url": "/srv/w"}}},
             },
-            "routing.channel_repos.C1: unknown repository 'nope' (workspace.repositories: acme/w)",
+            "routing.channel_repos.C1: unknown repository 'nope' (workspace.repositories: acme/w); "
+            "name an entry there, or a GitHub owner/name",
         ),
         (roles(make_daemon(), make_daemon()), "daemons: duplicate daemon id ci in roles"),
         (roles(make_daemon(watch=[])), "daemons.roles[0].watch: must list at least one rule"),
@@ -474,6 +533,53 @@ def test_daemon_or_reference_is_rejected_when_invalid_or_naming_nothing_configur
     tree: dict[str, Any], expected: str
 ) -> None:
     assert problems_of(tree) == [expected]
+
+
+GITHUB_ON = {"GITHUB_TOKEN": "ghp_x", "GITHUB_WEBHOOK_SECRET": "w"}
+
+
+@pytest.mark.parametrize(
+    ("env", "repo"),
+    [
+        ({"KEEL_DEFAULT_REPO": "acme/widgets", **GITHUB_ON}, "acme/widgets"),
+        ({"KEEL_DEFAULT_REPO": "acme/widgets"}, None),
+        ({"KEEL_DEFAULT_REPO": "widgets", **GITHUB_ON}, None),
+    ],
+)
+def test_default_repo_is_a_github_repository_keel_clones_when_github_is_enabled(
+    env: dict[str, str], repo: str | None
+) -> None:
+    """app.yaml lists no workspace.repositories: a GitHub owner/name is cloned on demand, so
+    it may be the default, once GitHub is enabled; anything else names nothing."""
+    if repo is None:
+        with pytest.raises(ConfigError, match=r"^routing\.default_repo: unknown repository"):
+            load_config(APP_YAML, env)
+    else:
+        assert load_config(APP_YAML, env).routing.default_repo == repo
+
+
+def test_routed_repository_outside_the_github_allow_list_is_refused_naming_the_list() -> None:
+    tree = {
+        "github": {"token": "${GITHUB_TOKEN}", "webhook_secret": "${GITHUB_WEBHOOK_SECRET}",
+                   "repositories": ["acme/*"]},
+        "routing": {"channel_repos": {"C1": "acme/api", "C2": "other/api"}},
+    }
+
+    assert problems_of(tree, GITHUB_ON) == [
+        "routing.channel_repos.C2: unknown repository 'other/api' (workspace.repositories: "
+        "none), and github.repositories (acme/*) excludes it"
+    ]
+
+
+def test_routed_repository_may_be_any_entry_of_workspace_repositories() -> None:
+    tree = {
+        "routing": {"channel_repos": {"C1": "local"}, "default_repo": "acme/w"},
+        "workspace": {"repositories": {"local": {"url": "/srv/l"}, "acme/w": {"url": "/srv/w"}}},
+    }
+
+    config = build_config(tree, {})
+
+    assert (config.routing.default_repo, config.github.enabled) == ("acme/w", False)
 
 
 def test_yaml_problem_names_the_line_when_a_key_is_repeated(tmp_path: Path) -> None:

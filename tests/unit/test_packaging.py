@@ -339,8 +339,7 @@ MUTATIONS = [
      "KEEL_DATABSE_URL"),
     (ENV_FILE, "\nSLACK_BOT_TOKEN=", "\nSLACK_BOT_TOKNE=", "SLACK_BOT_TOKNE"),
     (ENV_FILE, "\n# KEEL_DATABASE_URL=", "\n# KEEL_DATABSE_URL=", "KEEL_DATABSE_URL"),
-    (ENV_FILE, "\nKEEL_PUBLIC_URL=", "\nKEEL_PUBLIC_URL=\nSLACK_API_URL=",
-     "does not pass SLACK_API_URL"),
+    (ENV_FILE, "\n# KEEL_PORT=", "\nKEEL_PORT=", "does not pass KEEL_PORT"),
 ]
 
 

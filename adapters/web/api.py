@@ -22,8 +22,9 @@ from runtime.store.usage import Spent, spent_of
 Auth = Callable[[Request], Awaitable[None]]
 
 
-# A thread reference leaves as the text it is stored as.
+# A thread reference (or where a post landed) leaves as the text it is stored as.
 ThreadText = Annotated[str | None, BeforeValidator(lambda ref: None if ref is None else str(ref))]
+RefText = Annotated[str, BeforeValidator(str)]
 
 
 class _Out(BaseModel):
@@ -126,8 +127,8 @@ class OutboxOut(_Out):
     action: str
     state: str
     attempts: int
-    thread_ref: str
-    landed_on: str | None
+    thread_ref: RefText
+    landed_on: ThreadText
     landed_at: datetime | None
     last_error: str | None
 

@@ -19,7 +19,9 @@ from runtime.execution import RunState
 from runtime.store import ledger, mailbox, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
+from runtime.store.outbox import Unreadable
 from runtime.store.records import StatusChange, Task, TaskStatus
+from runtime.threads import Landed, ThreadRef
 
 MAX_PAGE = 200
 
@@ -73,8 +75,8 @@ class OutboxView:
     action: str
     state: str
     attempts: int
-    thread_ref: str
-    landed_on: str | None
+    thread_ref: ThreadRef | Unreadable
+    landed_on: Landed | Unreadable | None
     landed_at: datetime | None
     last_error: str | None
 

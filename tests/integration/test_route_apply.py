@@ -447,7 +447,7 @@ async def test_resumed_plan_gets_its_acknowledgement(database: Database) -> None
     restarted.reporting = ReportingPolicy()
     [resumed] = await restarted.resume_pending(older_than=timedelta(0))
     posts = database.run_sync(lambda s: posts_of_task(s, resumed.task_id or ""))
-    assert [(p.purpose, p.thread_ref) for p in posts] == [("ack", THREAD)]
+    assert [(p.purpose, p.thread_ref) for p in posts] == [("ack", THREAD_REF)]
 
 
 async def test_escalation_is_queued_with_the_decision_that_made_it(database: Database) -> None:
@@ -458,6 +458,6 @@ async def test_escalation_is_queued_with_the_decision_that_made_it(database: Dat
     assert result.decision == "escalated"
     posts = database.run_sync(lambda s: posts_of_task(s, task.task_id))
     assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [
-        ("escalation", THREAD, "post")
+        ("escalation", THREAD_REF, "post")
     ]
     assert "not start a second one" in posts[0].body

@@ -27,7 +27,14 @@ from runtime.store import signals as store
 from runtime.store.engine import Database, Transaction
 from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
-from runtime.store.records import MailboxPart, Task, TaskResult, TaskSpec, TaskStatus
+from runtime.store.records import (
+    MailboxPart,
+    SignalActor,
+    Task,
+    TaskResult,
+    TaskSpec,
+    TaskStatus,
+)
 from tests import factories
 from tests.factories import make_spec
 
@@ -362,6 +369,7 @@ async def test_unknown_event_is_stored_as_drop_with_reason_when_ignored(
     stored = database.run_sync(lambda s: store.get_signal(s, first.signal_id))
     assert stored is not None
     assert (stored.dedupe_key, stored.kind, stored.text) == ("drop:github:d-ping", "ping", "ping")
+    assert stored.actor is None and stored_actor(database, first.signal_id) == {}
     assert count(database, SignalRow) == 1
 
 
@@ -374,6 +382,17 @@ async def test_self_generated_signal_is_dropped_in_the_admitting_transaction(
     assert (result.decision, result.reason) == ("drop", "self_generated")
     assert outcomes(database, result.signal_id) == []
     assert count(database, TaskRow) == 0
+    stored = database.run_sync(lambda s: store.get_signal(s, result.signal_id))
+    assert stored is not None and stored.actor == SignalActor("W111", "keel", True, True)
+    assert stored_actor(database, result.signal_id) == {
+        "id": "W111", "name": "keel", "is_bot": True, "is_self": True, "permission": None
+    }
+
+
+def stored_actor(database: Database, signal_id: str) -> object:
+    """The actor as its JSON column holds it."""
+    query = select(SignalRow.actor).where(SignalRow.signal_id == signal_id)
+    return database.run_sync(lambda s: s.scalar(query))
 
 
 # -- crash and resume -----------------------------------------------------------------------

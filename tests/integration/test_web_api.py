@@ -92,7 +92,7 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
     """What ingress and the reporter write for a task: its signal and its landed reply."""
     now = datetime.now(UTC)
     facts = signals.SignalFacts(
-        "slack", "Ev-web-1", "slack:msg:1", "mention", THREAD, None, {}, "make it", now
+        "slack", "Ev-web-1", "slack:msg:1", "mention", THREAD, None, None, "make it", now
     )
     admission = signals.read_admission(session, facts, [])
     assert isinstance(admission, signals.Admission)

@@ -19,6 +19,7 @@ from adapters.config import SlackConfig, build_config
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from adapters.slack.workspaces import WebSessions
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
 from runtime.clock import ManualClock
@@ -307,7 +308,7 @@ async def _emulated_slack(url: str) -> SlackSurface:
     config = SlackConfig(
         bot_token="xoxb-keel-emulated", signing_secret="unused", api_url=url + "/api/"
     )
-    client = slack_client(config, timeout_s=5)
+    client = slack_client(config, WebSessions(), timeout_s=5)
     return SlackSurface.single(client, await fetch_slack_identity(client))
 
 

@@ -149,7 +149,7 @@ class OutboxDispatcher:
         now = self.clock.now()
         await self.db.run(
             lambda s: outbox.landed(
-                s, post.outbox_id, body=post.body, actions=post.actions, where=str(where), now=now
+                s, post.outbox_id, body=post.body, actions=post.actions, where=where, now=now
             )
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar, cast
+from typing import Literal, TypeVar, cast
 
 from sqlalchemy import Table, bindparam, exists, func, null, or_, select, update
 from sqlalchemy.orm import Session
@@ -91,7 +91,7 @@ def _post(
     key: str,
     action: str,
     body: str,
-    actions: Sequence[Mapping[str, Any]] | None,
+    actions: Sequence[Mapping[str, object]] | None,
     state: str,
     attempts: int,
     landed_on: str | None,
@@ -294,7 +294,7 @@ def landed(
     *,
     body: str,
     actions: Sequence[Action],
-    where: str,
+    where: Landed,
     now: datetime,
 ) -> None:
     """The post arrived at ``where``: landed, or stale if a newer body (or buttons) came in
@@ -307,7 +307,7 @@ def landed(
     newer = row[0] != body or (row[1] or None) != sent
     _SET_LANDED.execute(
         session,
-        {"b_id": outbox_id, "b_state": "stale" if newer else "landed", "b_on": where,
+        {"b_id": outbox_id, "b_state": "stale" if newer else "landed", "b_on": str(where),
          "b_at": now},
     )
     _forget(session, outbox_id)

@@ -70,10 +70,10 @@ class EvidenceView:
 
 @dataclass(frozen=True, slots=True)
 class OutboxView:
-    purpose: str
+    purpose: outbox.PostPurpose
     surface: str
-    action: str
-    state: str
+    action: outbox.PostAction
+    state: outbox.PostState
     attempts: int
     thread_ref: ThreadRef | Unreadable
     landed_on: Landed | Unreadable | None

@@ -24,10 +24,11 @@ from adapters.web.ui import build_ui
 from runtime.scheduler import Appended
 from runtime.store import outbox, signals, tool_calls, transcripts, views
 from runtime.store.records import TaskResult, TaskStatus
+from runtime.threads import Landed
 from tests.factories import THREAD, make_spec, text_part
 from tests.harness import Stack, build_stack
 
-LANDED = str(THREAD.message("1700000000.000200"))  # the reply, in the thread
+LANDED = Landed(THREAD.message("1700000000.000200"))  # the reply, in the thread
 
 LOOPBACK = ServerConfig()
 EXPOSED = ServerConfig.model_validate({"host": "0.0.0.0", "admin_token": "s3cret-admin"})
@@ -182,7 +183,7 @@ async def test_detail_shows_calls_mailbox_evidence_and_reply_when_task_ran(
     [evidence] = body.evidence
     assert (evidence.kind, evidence.strength) == ("comment", "tool_reported")
     [reply] = body.outbox
-    assert (reply.state, reply.landed_on) == ("landed", LANDED)
+    assert (reply.state, reply.landed_on) == ("landed", str(LANDED))
     assert [s.delivery_id for s in body.signals] == ["Ev-web-1"]
     assert [n.task_id for n in body.tree] == [real_task.task_id]
     assert body.timeline[-1].status is TaskStatus.succeeded

@@ -20,7 +20,7 @@ from runtime.store import ledger, mailbox, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
 from runtime.store.outbox import Unreadable
-from runtime.store.records import StatusChange, Task, TaskStatus
+from runtime.store.records import SignalActor, StatusChange, Task, TaskStatus
 from runtime.threads import Landed, ThreadRef
 
 MAX_PAGE = 200
@@ -89,7 +89,7 @@ class SignalView:
     kind: str
     decision: str
     reason: str | None
-    actor: dict[str, Any]
+    actor: SignalActor | None
     text: str
     received_at: datetime
 
@@ -256,7 +256,7 @@ def _signals(session: Session, task_id: str) -> tuple[SignalView, ...]:
             r.kind,
             r.decision,
             r.reason,
-            dict(r.actor),
+            SignalActor.from_json(r.actor),
             r.text,
             r.received_at,
         )

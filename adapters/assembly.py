@@ -205,9 +205,7 @@ class Keel:
             )
         if cfg.github.enabled:
             self._connect_github()
-        self.briefing = build_briefing(
-            cfg, self.slack.workspaces if self.slack is not None else None
-        )
+        self.briefing = build_briefing(cfg, self.slack)
         self._build_executor()
 
     def _connect_github(self) -> None:
@@ -376,9 +374,7 @@ class Keel:
         if self._listener is not None:
             self._listener.stop()
         if self.slack is not None:
-            from adapters.slack.workspaces import close_shared_sessions
-
-            await close_shared_sessions()
+            await self.slack.close()
         if self.github is not None:
             await self.github.close()
         self.db.close()

@@ -8,18 +8,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 from urllib.parse import urlsplit
 
 from adapters.config import AppConfig
 from adapters.github.client import GitHubClient
 from adapters.github.context import GitHubContext
 from adapters.slack.context import SlackReaders
-from adapters.slack.workspaces import SlackClients
 from runtime.brief.model import Gathered, Origin, Sender
 from runtime.brief.port import Briefing
 from runtime.store.records import SenderPart
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, parse_thread
+
+if TYPE_CHECKING:
+    from adapters.slack.connection import SlackConnection
 
 _LINK = re.compile(
     r"https?://(?P<host>[^/\s]+)/(?P<repo>[\w.-]+/[\w.-]+)/(?:issues|pull)/(?P<number>\d+)"
@@ -110,20 +112,20 @@ class ThreadContext:
         return f"{repo} (checked out at {ref})" if ref else repo
 
 
-def build_briefing(config: AppConfig, slack_clients: SlackClients | None) -> Briefing:
+def build_briefing(config: AppConfig, slack: SlackConnection | None) -> Briefing:
     """What the worker fetches for a task's brief, on clients of its own (shorter timeouts
     than the posting clients, so a slow thread cannot hold a worker long)."""
     settings = config.context
     timeout = max(1, round(settings.request_timeout_s))
-    slack = None
-    if slack_clients is not None:
-        slack = SlackReaders(slack_clients, config.slack.api_url, settings)
+    readers = None
+    if slack is not None:
+        readers = SlackReaders(slack.workspaces, slack.sessions, config.slack.api_url, settings)
     github = None
     if config.github.enabled:
         reader = GitHubClient.from_config(config.github, timeout_s=timeout)
         github = GitHubContext(reader, settings)
     source = ThreadContext(
-        slack,
+        readers,
         github,
         github_hosts=github_web_hosts(config.github.api_url),
         refs={key: repo.ref for key, repo in config.workspace.repositories.items()},

@@ -133,7 +133,7 @@ class Effects:
 
     def _stop_in(self, session: Transaction, record: SignalRecord, target: TaskId) -> IngestResult:
         key = _stop_key(record)
-        who = str(record.actor.get("name") or _actor_id(record) or "someone")
+        who = _actor_name(record) or _actor_id(record) or "someone"
         stopped = self.scheduler.request_cancel(
             session, target, f"stop from {who}", _actor_id(record)
         )
@@ -145,7 +145,7 @@ class Effects:
 
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""
-        who = (str(record.actor.get("id") or ""), str(record.actor.get("name") or ""))
+        who = (_actor_id(record) or "", _actor_name(record) or "")
         choice = self.policy.agent_for(record.thread_ref, who, record.text)
         return _Fresh(
             objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
@@ -197,19 +197,21 @@ def _stop_key(record: SignalRecord) -> str:
 
 def _sender_part(record: SignalRecord) -> SenderPart:
     """Who said a follow-up, and where: the worker renders it into the mailbox item."""
-    name = record.actor.get("name")
     return SenderPart(
         provider=record.provider,
         sender_id=_actor_id(record),
-        name=None if name is None else str(name),
+        name=_actor_name(record),
         url=record.url,
         message=text_of(record.message_ref),
     )
 
 
 def _actor_id(record: SignalRecord) -> str | None:
-    actor_id = record.actor.get("id")
-    return str(actor_id) if actor_id is not None else None
+    return record.actor.id if record.actor else None
+
+
+def _actor_name(record: SignalRecord) -> str | None:
+    return record.actor.name if record.actor else None
 
 
 def _event_text(record: SignalRecord) -> str:

@@ -206,7 +206,7 @@ class Router:
             kind=raw_kind,
             thread_ref=None,
             objective_key=None,
-            actor={},
+            actor=None,
             text=ignored.detail,
             received_at=self.clock.now(),
         )
@@ -309,7 +309,7 @@ def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:
         kind=signal.kind,
         thread_ref=signal.thread_ref,
         objective_key=signal.objective_key,
-        actor=signal.actor.as_dict(),
+        actor=signal.actor.to_record(),
         text=signal.text,
         received_at=signal.received_at,
         message_ref=signal.message,

@@ -84,7 +84,7 @@ def refuse_in(session: Transaction, record: SignalRecord, now: datetime) -> None
         return
     if budget_answer_of(record.text) != CONTINUE:
         return
-    who = record.actor.get("name") or record.actor.get("id") or "someone"
+    who = (record.actor.name or record.actor.id if record.actor else None) or "someone"
     enqueue_post(
         session,
         task_id="",

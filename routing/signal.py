@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Literal, get_args
 
 from routing.config import STOP_WORDS
+from runtime.store.records import SignalActor
 from runtime.threads import ThreadRef
 
 Provider = Literal["slack", "github"]
@@ -76,10 +77,9 @@ class Actor:
     is_self: bool
     permission: str | None = None
 
-    def as_dict(self) -> dict[str, str | bool | None]:
-        """The stored form (``dataclasses.asdict`` costs more than the rest of the row)."""
-        return {"id": self.id, "name": self.name, "is_bot": self.is_bot,
-                "is_self": self.is_self, "permission": self.permission}
+    def to_record(self) -> SignalActor:
+        """What the store keeps of it, with the Signal."""
+        return SignalActor(self.id, self.name, self.is_bot, self.is_self, self.permission)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,8 +65,8 @@ class Failure:
     kind: str | None = None
     trace: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"phase": self.phase, "message": self.message}
+    def to_json(self) -> dict[str, str]:
+        found = {"phase": self.phase, "message": self.message}
         if self.kind is not None:
             found["type"] = self.kind
         if self.trace is not None:

@@ -10,8 +10,8 @@ it for good, or that time runs out, the post goes to the fallback: a thread, or 
 channel where a task's first post starts a thread and its others go in it. Where it landed
 is recorded (``runtime.threads.Landed``); one that cannot land there either is
 ``undelivered``, which the task's views and ``keel_outbox_undelivered`` show. Rows keep their
-references as text; each is read back here, per post, so one unreadable row fails alone
-instead of stopping the outbox.
+references as text, read back by the store; one that does not parse comes back
+``Unreadable`` and its post alone is undelivered, instead of the outbox stopping.
 """
 
 from __future__ import annotations
@@ -26,17 +26,9 @@ from runtime.errors import Permanent, Retryable
 from runtime.notifier import Notifier
 from runtime.store import outbox
 from runtime.store.engine import Database
-from runtime.store.outbox import OutboxPost
+from runtime.store.outbox import OutboxPost, Unreadable
 from runtime.surfaces import ChannelSurface, Surface
-from runtime.threads import (
-    BadThreadRef,
-    Fallback,
-    Landed,
-    SlackChannel,
-    ThreadRef,
-    parse_landed,
-    parse_thread,
-)
+from runtime.threads import Fallback, Landed, SlackChannel, ThreadRef
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +77,12 @@ class OutboxDispatcher:
         return sum(results)
 
     async def _send(self, post: OutboxPost) -> int:
-        try:
-            thread = parse_thread(post.thread_ref)
-            landed = parse_landed(post.landed_on) if post.landed_on else None
-        except BadThreadRef as e:
-            await self._undelivered(post, str(e))
+        thread, landed = post.thread_ref, post.landed_on
+        if isinstance(thread, Unreadable):
+            await self._undelivered(post, thread.reason)
+            return 0
+        if isinstance(landed, Unreadable):
+            await self._undelivered(post, landed.reason)
             return 0
         if post.state == "stale" and landed is not None:
             return await self._edit(post, thread, landed)
@@ -156,7 +149,7 @@ class OutboxDispatcher:
         now = self.clock.now()
         await self.db.run(
             lambda s: outbox.landed(
-                s, post.outbox_id, body=post.body, actions=post.actions, where=str(where), now=now
+                s, post.outbox_id, body=post.body, actions=post.actions, where=where, now=now
             )
         )
 

@@ -10,8 +10,8 @@ its own medium at the wire, so model text cannot smuggle in that medium's contro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
 
 from runtime.threads import SlackChannel, ThreadRef
 
@@ -28,11 +28,11 @@ class Action:
     value: str  # e.g. the task id
     style: ActionStyle | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> dict[str, str | None]:
+        return {"name": self.name, "label": self.label, "value": self.value, "style": self.style}
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> Action:
+    def from_json(cls, value: Mapping[str, object]) -> Action:
         style = value.get("style")
         return cls(
             name=str(value["name"]),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from adapters.config import SlackConfig
 from adapters.slack.surface import fetch_slack_identity, slack_client
-from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace
+from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace, WebSessions
 from runtime.clock import Clock
 from runtime.store.engine import Database
 
@@ -36,6 +36,7 @@ class SlackConnection:
 
     config: SlackConfig
     workspaces: Workspaces
+    sessions: WebSessions  # every Web API client's, closed by ``close``
     clock: Clock
     db: Database
     sink: SignalSink
@@ -53,8 +54,9 @@ class SlackConnection:
         *,
         public_url: str | None = None,
     ) -> SlackConnection:
-        workspaces = await _workspaces(config, db, clock)
-        return cls(config, workspaces, clock, db, sink, public_url)
+        sessions = WebSessions()
+        workspaces = await _workspaces(config, sessions, db, clock)
+        return cls(config, workspaces, sessions, clock, db, sink, public_url)
 
     @property
     def bolt(self) -> AsyncApp:
@@ -100,14 +102,21 @@ class SlackConnection:
         await self.socket.start()
 
     async def stop(self) -> None:
+        """Stop receiving events; the Web API clients still work until ``close``."""
         if self.socket is not None:
             await self.socket.stop()
             self.socket = None
 
+    async def close(self) -> None:
+        """Close the Web API clients' sessions, once nothing posts any more."""
+        await self.sessions.close()
 
-async def _workspaces(config: SlackConfig, db: Database, clock: Clock) -> Workspaces:
+
+async def _workspaces(
+    config: SlackConfig, sessions: WebSessions, db: Database, clock: Clock
+) -> Workspaces:
     if not config.multi_workspace:
-        client = slack_client(config)
+        client = slack_client(config, sessions)
         return SingleWorkspace(client, await fetch_slack_identity(client))
     oauth = config.oauth
     assert oauth.client_id and oauth.client_secret and oauth.encryption_key
@@ -116,6 +125,7 @@ async def _workspaces(config: SlackConfig, db: Database, clock: Clock) -> Worksp
     store = SealedInstallationStore(db, Sealer(oauth.encryption_key.get_secret_value()), clock)
     return InstalledWorkspaces(
         store,
+        sessions=sessions,
         api_url=config.api_url,
         client_id=oauth.client_id,
         client_secret=oauth.client_secret.get_secret_value(),

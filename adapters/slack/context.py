@@ -26,7 +26,7 @@ from adapters.slack.files import SlackFiles, file_ref
 from adapters.slack.markup import mentioned_users, plain_text
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.surface import call_slack
-from adapters.slack.workspaces import SlackClients, web_client
+from adapters.slack.workspaces import SlackClients, WebSessions
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.model import Download, Gathered, Origin, Post, Section, Sender
 from runtime.config import ContextConfig
@@ -68,12 +68,14 @@ class SlackReaders:
     def __init__(
         self,
         clients: SlackClients,
+        sessions: WebSessions,
         api_url: str,
         settings: ContextConfig,
         *,
         clock: Clock = time.monotonic,
     ) -> None:
         self.clients = clients
+        self.sessions = sessions
         self.api_url = api_url
         self.settings = settings
         self.clock = clock
@@ -90,7 +92,7 @@ class SlackReaders:
             team_id, NameCache(self.settings.user_cache_ttl_s, self.clock)
         )
         return SlackContext(
-            web_client(token, self.api_url, timeout),
+            self.sessions.client(token, self.api_url, timeout),
             identity,
             SlackFiles(token, self.api_url, self.settings),
             self.settings,

@@ -25,7 +25,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from adapters.config import SlackConfig
 from adapters.slack.mrkdwn import to_mrkdwn
 from adapters.slack.signals import SlackIdentity
-from adapters.slack.workspaces import SingleWorkspace, SlackClients, web_client
+from adapters.slack.workspaces import SingleWorkspace, SlackClients, WebSessions
 from runtime.errors import ConfigError, Permanent, Retryable
 from runtime.surfaces import Action
 from runtime.threads import SlackChannel, SlackThread, ThreadRef
@@ -43,10 +43,12 @@ _RETRYABLE_ERRORS = frozenset(
 )
 
 
-def slack_client(config: SlackConfig, *, timeout_s: int = 30) -> AsyncWebClient:
+def slack_client(
+    config: SlackConfig, sessions: WebSessions, *, timeout_s: int = 30
+) -> AsyncWebClient:
     if config.bot_token is None:
         raise ConfigError("slack.bot_token: required to post to Slack")
-    return web_client(config.bot_token.get_secret_value(), config.api_url, timeout_s)
+    return sessions.client(config.bot_token.get_secret_value(), config.api_url, timeout_s)
 
 
 def truncated(text: str, limit: int = TEXT_LIMIT) -> str:

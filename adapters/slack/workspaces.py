@@ -7,7 +7,8 @@
   (and saved), and a workspace that removed Keel is forgotten.
 
 Every Web API call for a thread goes through ``client(team_id)``, so a post always carries
-the token of the workspace it goes to.
+the token of the workspace it goes to. Clients are made by ``WebSessions``, whose aiohttp
+sessions they share; its owner (``SlackConnection``) closes them when Keel stops.
 """
 
 from __future__ import annotations
@@ -40,19 +41,52 @@ class SlackClients(Protocol):
     async def identity(self, team_id: str | None) -> SlackIdentity | None: ...
 
 
-def web_client(token: str | None, api_url: str, timeout_s: int = 30) -> AsyncWebClient:
-    # No retry handlers: the Web API is all POSTs, and a blind repeat could post twice.
-    return PooledWebClient(token=token, base_url=api_url, timeout=timeout_s, retry_handlers=[])
+class WebSessions:
+    """The aiohttp sessions that Web API clients share, one per event loop and timeout, and
+    the clients that share them.
+
+    Without a session slack_sdk opens one per call, so every 👀 and post paid for a new
+    connector and TCP connection; a shared session keeps connections alive between calls.
+    Tokens travel in each request's headers, and the sessions keep no cookies, so clients of
+    different workspaces can share one. Keyed by event loop: each loop (Keel's, or a test's)
+    gets its own sessions, and a finished loop's go with it.
+    """
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[int, aiohttp.ClientSession]
+        ] = weakref.WeakKeyDictionary()
+
+    def client(self, token: str | None, api_url: str, timeout_s: int = 30) -> AsyncWebClient:
+        return PooledWebClient(self, token, api_url, timeout_s)
+
+    def session(self, timeout_s: int) -> aiohttp.ClientSession:
+        """The running loop's session for Web API calls with this timeout."""
+        sessions = self._by_loop.setdefault(asyncio.get_running_loop(), {})
+        session = sessions.get(timeout_s)
+        if session is None or session.closed:
+            session = sessions[timeout_s] = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return session
+
+    async def close(self) -> None:
+        """Close the running loop's sessions (Keel's stop)."""
+        for session in self._by_loop.pop(asyncio.get_running_loop(), {}).values():
+            await session.close()
 
 
 class PooledWebClient(AsyncWebClient):
-    """An AsyncWebClient whose calls share one aiohttp session per event loop and timeout.
+    """An AsyncWebClient whose calls go through the session ``WebSessions`` keeps for the
+    running loop and its timeout."""
 
-    Without a session slack_sdk opens one per call, so every 👀 and post paid for a new
-    connector and TCP connection; the shared session keeps connections alive between calls.
-    Tokens travel in each request's headers, and the session keeps no cookies, so clients of
-    different workspaces can share it.
-    """
+    def __init__(
+        self, sessions: WebSessions, token: str | None, api_url: str, timeout_s: int
+    ) -> None:
+        # No retry handlers: the Web API is all POSTs, and a blind repeat could post twice.
+        super().__init__(token=token, base_url=api_url, timeout=timeout_s, retry_handlers=[])
+        self._sessions = sessions
 
     # slack_sdk's one public seam is ``session=`` at construction, but an aiohttp session
     # belongs to the event loop it was made in, and clients are built before (or outside) the
@@ -61,31 +95,8 @@ class PooledWebClient(AsyncWebClient):
     # ``_request``, changes its keywords or stops reading ``self.session``, calls silently go
     # back to one connection each: tests/unit/test_slack_pooled_client.py fails first.
     async def _request(self, *, http_verb: str, api_url: str, req_args: Any) -> Any:
-        self.session = shared_session(int(self.timeout))
+        self.session = self._sessions.session(int(self.timeout))
         return await super()._request(http_verb=http_verb, api_url=api_url, req_args=req_args)
-
-
-# Keyed by event loop, so module state is safe: each loop (Keel's, or a test's) gets its own
-# sessions, a finished loop's entry goes with it, and Keel's stop closes its loop's sessions.
-_SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, aiohttp.ClientSession]]
-_SESSIONS = weakref.WeakKeyDictionary()
-
-
-def shared_session(timeout_s: int) -> aiohttp.ClientSession:
-    """The running loop's session for Web API calls with this timeout."""
-    sessions = _SESSIONS.setdefault(asyncio.get_running_loop(), {})
-    session = sessions.get(timeout_s)
-    if session is None or session.closed:
-        session = sessions[timeout_s] = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), cookie_jar=aiohttp.DummyCookieJar()
-        )
-    return session
-
-
-async def close_shared_sessions() -> None:
-    """Close the running loop's Web API sessions (Keel's stop)."""
-    for session in _SESSIONS.pop(asyncio.get_running_loop(), {}).values():
-        await session.close()
 
 
 class SingleWorkspace:
@@ -116,16 +127,18 @@ class InstalledWorkspaces:
         self,
         store: SealedInstallationStore,
         *,
+        sessions: WebSessions,
         api_url: str,
         client_id: str,
         client_secret: str,
         rotation_minutes: int = 120,
     ) -> None:
         self.store = store
+        self.sessions = sessions
         self.api_url = api_url
         self.rotation_minutes = rotation_minutes
         self._rotator = AsyncTokenRotator(
-            client_id=client_id, client_secret=client_secret, client=web_client(None, api_url)
+            client_id=client_id, client_secret=client_secret, client=sessions.client(None, api_url)
         )
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -147,7 +160,7 @@ class InstalledWorkspaces:
             if bot is None:
                 raise Permanent(f"Keel is not installed in Slack workspace {team_id}")
             bot = await self._rotated(bot)
-        return web_client(bot.bot_token, self.api_url)
+        return self.sessions.client(bot.bot_token, self.api_url)
 
     async def revoke(self, team_id: str, event: dict[str, Any]) -> None:
         if event.get("type") == "app_uninstalled":

@@ -16,14 +16,20 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 from runtime.scheduler import Scheduler
 from runtime.store import views
 from runtime.store.engine import Database, Transaction
-from runtime.store.records import TaskStatus
+from runtime.store.records import SignalActor, TaskStatus, actor_json
 from runtime.store.usage import Spent, spent_of
 
 Auth = Callable[[Request], Awaitable[None]]
 
 
-# A thread reference leaves as the text it is stored as.
+# A thread reference (or where a post landed) leaves as the text it is stored as.
 ThreadText = Annotated[str | None, BeforeValidator(lambda ref: None if ref is None else str(ref))]
+RefText = Annotated[str, BeforeValidator(str)]
+# A Signal's actor leaves in its stored form ({} for none).
+ActorJson = Annotated[
+    dict[str, Any],
+    BeforeValidator(lambda a: actor_json(a) if a is None or isinstance(a, SignalActor) else a),
+]
 
 
 class _Out(BaseModel):
@@ -126,8 +132,8 @@ class OutboxOut(_Out):
     action: str
     state: str
     attempts: int
-    thread_ref: str
-    landed_on: str | None
+    thread_ref: RefText
+    landed_on: ThreadText
     landed_at: datetime | None
     last_error: str | None
 
@@ -139,7 +145,7 @@ class SignalOut(_Out):
     kind: str
     decision: str
     reason: str | None
-    actor: dict[str, Any]
+    actor: ActorJson
     text: str
     received_at: datetime
 

@@ -150,8 +150,7 @@ def origin_of(session: Transaction, task: Task) -> Origin:
         record = signals.get_signal(session, key.removeprefix(_CREATION_KEY))
     if record is None:
         return Origin(task.task_id, task.message, repo=task.repo)
-    actor_id = record.actor.get("id")
-    actor_name = record.actor.get("name")
+    actor = record.actor
     return Origin(
         task_id=task.task_id,
         text=task.message,
@@ -161,8 +160,8 @@ def origin_of(session: Transaction, task: Task) -> Origin:
         message=record.message_ref,
         url=record.url,
         repo=task.repo,
-        actor_id=str(actor_id) if actor_id is not None else None,
-        actor_name=str(actor_name) if actor_name is not None else None,
+        actor_id=actor.id if actor else None,
+        actor_name=actor.name if actor else None,
     )
 
 

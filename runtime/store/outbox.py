@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
 from sqlalchemy import Table, bindparam, exists, func, null, or_, select, update
 from sqlalchemy.orm import Session
@@ -14,7 +14,15 @@ from runtime.store.inserts import insert_ignoring, parameters
 from runtime.store.models import OutboxRow, UtcDateTime
 from runtime.store.prepared import Prepared
 from runtime.surfaces import Action
-from runtime.threads import BadThreadRef, SlackChannel, SlackThread, ThreadRef, parse_landed
+from runtime.threads import (
+    BadThreadRef,
+    Landed,
+    SlackChannel,
+    SlackThread,
+    ThreadRef,
+    parse_landed,
+    parse_thread,
+)
 
 # Why a post was queued: what readers (the task page, the demo, tests) pick posts by.
 PostPurpose = Literal[
@@ -25,6 +33,20 @@ PostAction = Literal["post", "react"]
 # pending → sending → landed; a landed post whose text changed is stale until edited;
 # undelivered when origin and fallback both refused it.
 PostState = Literal["pending", "sending", "landed", "stale", "undelivered"]
+_Ref = TypeVar("_Ref", ThreadRef, Landed)
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored reference that names no thread (written by hand, or by an older Keel). Its
+    post is reported undelivered with ``reason`` when it is due, rather than the read
+    failing and with it every other post of the outbox; ``str()`` is the stored text."""
+
+    text: str
+    reason: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,16 +55,14 @@ class OutboxPost:
     task_id: str
     purpose: PostPurpose
     surface: str
-    # The stored text, parsed where it is sent: a malformed one is reported undelivered
-    # with its text, rather than failing every read of the outbox.
-    thread_ref: str
+    thread_ref: ThreadRef | Unreadable
     key: str
     action: PostAction
     body: str
     actions: tuple[Action, ...]  # buttons shown with the post
     state: PostState
     attempts: int
-    landed_on: str | None
+    landed_on: Landed | Unreadable | None
     landed_at: datetime | None
     last_error: str | None
     created_at: datetime
@@ -55,24 +75,56 @@ class OutboxPost:
 
 
 def _to_post(row: OutboxRow) -> OutboxPost:
-    # The columns hold only what enqueue_post and the marks below wrote.
-    return OutboxPost(
-        row.outbox_id,
-        row.task_id,
-        cast(PostPurpose, row.purpose),
-        row.surface,
-        row.thread_ref,
-        row.idempotency_key,
-        cast(PostAction, row.action),
-        row.body,
-        tuple(Action.from_json(a) for a in row.actions or ()),
-        cast(PostState, row.state),
-        row.attempts,
-        row.landed_on,
-        row.landed_at,
-        row.last_error,
-        row.created_at,
+    return _post(
+        row.outbox_id, row.task_id, row.purpose, row.surface, row.thread_ref,
+        row.idempotency_key, row.action, row.body, row.actions, row.state, row.attempts,
+        row.landed_on, row.landed_at, row.last_error, row.created_at,
     )
+
+
+def _post(
+    outbox_id: int,
+    task_id: str,
+    purpose: str,
+    surface: str,
+    thread_ref: str,
+    key: str,
+    action: str,
+    body: str,
+    actions: Sequence[Mapping[str, object]] | None,
+    state: str,
+    attempts: int,
+    landed_on: str | None,
+    landed_at: datetime | None,
+    last_error: str | None,
+    created_at: datetime,
+) -> OutboxPost:
+    """A row's columns, read back. They hold only what enqueue_post and the marks below
+    wrote, so the casts hold; a reference that does not parse is kept as ``Unreadable``."""
+    return OutboxPost(
+        outbox_id,
+        task_id,
+        cast(PostPurpose, purpose),
+        surface,
+        _read(parse_thread, thread_ref),
+        key,
+        cast(PostAction, action),
+        body,
+        tuple(Action.from_json(a) for a in actions or ()),
+        cast(PostState, state),
+        attempts,
+        _read(parse_landed, landed_on) if landed_on else None,
+        landed_at,
+        last_error,
+        created_at,
+    )
+
+
+def _read(parse: Callable[[str], _Ref], text: str) -> _Ref | Unreadable:
+    try:
+        return parse(text)
+    except BadThreadRef as e:
+        return Unreadable(text, str(e))
 
 
 _ENQUEUE = insert_ignoring(
@@ -193,14 +245,7 @@ def due_posts(
     session.flush()
     edit_before = now - timedelta(seconds=edit_interval_s)
     found = _DUE.rows(session, {"b_edit_before": edit_before, "b_now": now, "b_limit": limit})
-    return [
-        OutboxPost(
-            outbox_id, task_id, purpose, surface, thread_ref, key, action, body,
-            tuple(Action.from_json(a) for a in actions or ()), *rest,
-        )
-        for outbox_id, task_id, purpose, surface, thread_ref, key, action, body, actions, *rest
-        in found
-    ]
+    return [_post(*row) for row in found]
 
 
 def mark_sending(session: Session, outbox_id: int, attempts: int) -> None:
@@ -249,7 +294,7 @@ def landed(
     *,
     body: str,
     actions: Sequence[Action],
-    where: str,
+    where: Landed,
     now: datetime,
 ) -> None:
     """The post arrived at ``where``: landed, or stale if a newer body (or buttons) came in
@@ -262,7 +307,7 @@ def landed(
     newer = row[0] != body or (row[1] or None) != sent
     _SET_LANDED.execute(
         session,
-        {"b_id": outbox_id, "b_state": "stale" if newer else "landed", "b_on": where,
+        {"b_id": outbox_id, "b_state": "stale" if newer else "landed", "b_on": str(where),
          "b_at": now},
     )
     _forget(session, outbox_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -79,6 +80,42 @@ class TaskResult:
     status: TaskStatus
     summary: str
     detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalActor:
+    """Who caused a stored Signal, as routing's ``Actor`` told it: ``permission`` is theirs on
+    the repository when enrichment read it. A Signal that no one caused (an event Keel
+    ignores) has none, stored as ``{}``."""
+
+    id: str
+    name: str
+    is_bot: bool
+    is_self: bool
+    permission: str | None = None
+
+    def to_json(self) -> dict[str, str | bool | None]:
+        """The stored form (``dataclasses.asdict`` costs more than the rest of the row)."""
+        return {"id": self.id, "name": self.name, "is_bot": self.is_bot,
+                "is_self": self.is_self, "permission": self.permission}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, object]) -> SignalActor | None:
+        """The stored form read back; ``{}`` is no actor."""
+        if not value:
+            return None
+        permission = value.get("permission")
+        return cls(
+            id=str(value.get("id", "")),
+            name=str(value.get("name", "")),
+            is_bot=bool(value.get("is_bot")),
+            is_self=bool(value.get("is_self")),
+            permission=None if permission is None else str(permission),
+        )
+
+
+def actor_json(actor: SignalActor | None) -> dict[str, str | bool | None]:
+    return actor.to_json() if actor is not None else {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from runtime.store import tasks as q
 from runtime.store.inserts import insert_ignoring
 from runtime.store.models import OutboxRow, RouteAttemptRow, SignalRow, TaskRow, UtcDateTime
 from runtime.store.prepared import Prepared
-from runtime.store.records import TERMINAL, Task
+from runtime.store.records import TERMINAL, SignalActor, Task, actor_json
 from runtime.threads import SlackThread, ThreadRef, parse_thread, text_of, thread_of
 
 # What became of a Signal; stored as its text in ``signals.decision``.
@@ -43,7 +43,7 @@ class SignalFacts:
     kind: str
     thread_ref: ThreadRef | None
     objective_key: str | None
-    actor: Mapping[str, Any]
+    actor: SignalActor | None
     text: str
     received_at: datetime
     message_ref: ThreadRef | None = None
@@ -59,7 +59,7 @@ class SignalRecord:
     kind: str
     thread_ref: ThreadRef | None
     objective_key: str | None
-    actor: Mapping[str, Any]
+    actor: SignalActor | None
     text: str
     decision: Decision
     reason: str | None
@@ -292,7 +292,7 @@ def _record(values: Mapping[str, Any]) -> SignalRecord:
         **values,
         "signal_id": SignalId(values["signal_id"]),
         "thread_ref": thread_of(values["thread_ref"]),
-        "actor": MappingProxyType(dict(values["actor"])),
+        "actor": SignalActor.from_json(values["actor"]),
         "decision": _decision(values["signal_id"], values["decision"]),
         "task_id": TaskId(values["task_id"]) if values["task_id"] else None,
         "plan": MappingProxyType(dict(plan)) if plan is not None else None,
@@ -338,7 +338,7 @@ def _insert(
         kind=_fit(facts.kind, 30) or "",
         thread_ref=facts.thread_ref,
         objective_key=verdict.objective_key or facts.objective_key,
-        actor=MappingProxyType(json.loads(json.dumps(dict(facts.actor)))),
+        actor=facts.actor,
         text=facts.text,
         decision=verdict.decision,
         reason=_fit(verdict.reason, 200),
@@ -355,7 +355,7 @@ def _insert(
     values.update(
         v_thread_ref=text_of(facts.thread_ref),
         v_message_ref=text_of(facts.message_ref),
-        v_actor=dict(record.actor),
+        v_actor=actor_json(facts.actor),
         v_plan=dict(record.plan) if record.plan is not None else None,
     )
     session.flush()

@@ -205,7 +205,7 @@ def mark_dispatching(
     """Mark the pending calls among ``call_ids`` as ``dispatching``, due by ``deadline``."""
     if not call_ids:
         return
-    params: dict[str, Any] = {"b_task_id": task_id, "b_now": now, "b_deadline": deadline}
+    params: dict[str, str | datetime] = {"b_task_id": task_id, "b_now": now, "b_deadline": deadline}
     params.update((f"b_call_{n}", call_id) for n, call_id in enumerate(call_ids))
     _marking(len(call_ids)).execute(session, params)
 

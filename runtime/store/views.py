@@ -19,7 +19,9 @@ from runtime.execution import RunState
 from runtime.store import ledger, mailbox, outbox, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.models import ExecutionRow, SignalRow, TaskRow, ToolCallRow
-from runtime.store.records import StatusChange, Task, TaskStatus
+from runtime.store.outbox import Unreadable
+from runtime.store.records import SignalActor, StatusChange, Task, TaskStatus
+from runtime.threads import Landed, ThreadRef
 
 MAX_PAGE = 200
 
@@ -68,13 +70,13 @@ class EvidenceView:
 
 @dataclass(frozen=True, slots=True)
 class OutboxView:
-    purpose: str
+    purpose: outbox.PostPurpose
     surface: str
-    action: str
-    state: str
+    action: outbox.PostAction
+    state: outbox.PostState
     attempts: int
-    thread_ref: str
-    landed_on: str | None
+    thread_ref: ThreadRef | Unreadable
+    landed_on: Landed | Unreadable | None
     landed_at: datetime | None
     last_error: str | None
 
@@ -87,7 +89,7 @@ class SignalView:
     kind: str
     decision: str
     reason: str | None
-    actor: dict[str, Any]
+    actor: SignalActor | None
     text: str
     received_at: datetime
 
@@ -254,7 +256,7 @@ def _signals(session: Session, task_id: str) -> tuple[SignalView, ...]:
             r.kind,
             r.decision,
             r.reason,
-            dict(r.actor),
+            SignalActor.from_json(r.actor),
             r.text,
             r.received_at,
         )

@@ -35,8 +35,8 @@ async def test_review_follow_up_is_answered_on_the_pull_request_when_the_task_be
     final = await stack.run_until_terminal(task.task_id)
     posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task.task_id))
     assert final.status is TaskStatus.succeeded
-    completions = sorted(p.thread_ref for p in posts if p.purpose == "completion")
-    assert completions == sorted([str(PULL), str(THREAD)])
+    completions = {p.thread_ref for p in posts if p.purpose == "completion"}
+    assert completions == {PULL, THREAD}
     assert not [p for p in posts if p.purpose == "pr_line"]
 
 
@@ -51,8 +51,8 @@ async def test_slack_thread_gets_one_line_when_a_task_began_on_its_pull_request(
     posts = await stack.db.read(lambda s: outbox.posts_of_task(s, task.task_id))
     [completion] = [p for p in posts if p.purpose == "completion"]
     [line] = [p for p in posts if p.purpose == "pr_line"]
-    assert completion.thread_ref == str(PULL)
-    assert line.thread_ref == str(THREAD)
+    assert completion.thread_ref == PULL
+    assert line.thread_ref == THREAD
     assert line.body == (
         "Updated [PR #7](https://github.com/acme/shop/pull/7) after its review or CI: "
         "Handled the empty cart; pushed abc123."

@@ -19,7 +19,7 @@ from runtime.store.engine import Database
 from runtime.store.models import OutboxRow
 from runtime.store.records import TaskResult, TaskStatus
 from runtime.surfaces import Action, Surface
-from runtime.threads import GitHubIssue, SlackThread, ThreadRef, parse_thread
+from runtime.threads import GitHubIssue, Landed, SlackThread, ThreadRef
 from tests.factories import make_spec
 from tests.harness import schedule_task
 
@@ -106,7 +106,7 @@ async def test_post_lands_once_when_response_is_lost_and_retried(database: Datab
     await dispatcher.run_once()
     assert [p[1] for p in surface.posts] == ["hello"]  # reconciled by key, not reposted
     [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert row.state == "landed" and row.landed_on == "slack:T1/C1/1.0:1700000001.000001"
+    assert row.state == "landed" and row.landed_on == Landed(message(ORIGIN, 1))
 
 
 async def test_progress_edits_are_rate_limited_when_phases_change_quickly(
@@ -153,7 +153,7 @@ async def test_completion_goes_to_fallback_when_origin_fails_permanently(
     assert thread == GitHubIssue("acme/ops", 1)
     assert "channel_not_found" in text and "the result" in text
     [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert row.state == "landed" and row.landed_on == "fallback:github:acme/ops#1:1"
+    assert row.state == "landed" and row.landed_on == Landed(GitHubIssue("acme/ops", 1, 1), True)
 
 
 async def test_unreadable_row_fails_alone_with_the_reason_when_others_are_due(
@@ -168,6 +168,7 @@ async def test_unreadable_row_fails_alone_with_the_reason_when_others_are_due(
     await dispatcher.run_once()
     assert [text for _, text, _ in surface.posts] == ["still sent"]
     bad, good = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
+    assert isinstance(bad.thread_ref, outbox.Unreadable) and str(bad.thread_ref) == "slack:C1:1.0"
     assert bad.state == "undelivered" and "not a thread reference: 'slack:C1:1.0'" in (
         bad.last_error or ""
     )
@@ -265,9 +266,8 @@ async def test_post_and_its_later_edits_go_to_the_fallback_surface(
     assert edited.startswith(f"(Could not post in {origin_ref})") and edited.endswith("step 2")
     assert len(fallback.posts) == 1  # no second message
     [row] = database.run_sync(lambda s: outbox.posts_of_task(s, task_id))
-    assert row.state == "landed" and row.landed_on == f"fallback:{message(fallback_ref, 1)}"
-    assert row.landed_on.startswith(f"fallback:{fallback_name}:")
-    assert parse_thread(row.landed_on.removeprefix("fallback:")) == edited_ref
+    assert row.state == "landed" and row.landed_on == Landed(edited_ref, fallback=True)
+    assert str(row.landed_on).startswith(f"fallback:{fallback_name}:")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from adapters.config import SlackConfig, build_config
 from adapters.emulators.server import serve
 from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from adapters.slack.workspaces import WebSessions
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
 from runtime.clock import ManualClock
@@ -31,7 +32,7 @@ from runtime.store.engine import Database
 from runtime.store.outbox import OutboxPost
 from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.surfaces import Action
-from runtime.threads import GitHubIssue, SlackChannel, SlackThread, ThreadRef, parse_landed
+from runtime.threads import GitHubIssue, Landed, SlackChannel, SlackThread, ThreadRef
 from tests.factories import make_spec
 from tests.integration.test_outbox import ORIGIN, FakeSurface
 
@@ -87,7 +88,7 @@ async def test_a_refused_post_is_retried_until_deliver_for_s_then_goes_to_the_fa
     assert text.startswith(f"(Could not post in {ORIGIN}: still failing after 600 s and ")
     assert "Slack ratelimited (HTTP 429)" in text and text.endswith("the result")
     [row] = _posts(database, task.task_id)
-    assert row.state == "landed" and (row.landed_on or "").startswith("fallback:github:")
+    assert row.state == "landed" and str(row.landed_on).startswith("fallback:github:")
 
 
 async def test_time_to_deliver_counts_from_queueing_when_the_outbox_restarts(
@@ -258,7 +259,7 @@ async def test_reply_lands_once_after_progress_when_slack_answers_429_for_two_mi
     assert "finished" in replies[0].text  # the progress message's last edit landed too
     posts = {p.purpose: p for p in _posts(database, task.task_id)}
     assert posts["completion"].state == posts["progress"].state == "landed"
-    assert posts["completion"].landed_on == str(origin.message(replies[1].ts))
+    assert posts["completion"].landed_on == Landed(origin.message(replies[1].ts))
     assert posts["completion"].attempts == 1  # held back in order, then sent once
 
 
@@ -291,22 +292,23 @@ async def test_replies_a_dead_origin_refuses_start_one_thread_per_task_in_a_fall
     note = f"(Could not post in {gone}: Slack channel_not_found (HTTP 200))"
     for task in tasks:
         posts = {p.purpose: p for p in _posts(database, task.task_id)}
-        progress = parse_landed(posts["progress"].landed_on or "")
-        assert progress.fallback and isinstance(progress.message, SlackThread)
+        progress = posts["progress"].landed_on
+        assert isinstance(progress, Landed) and progress.fallback
+        assert isinstance(progress.message, SlackThread)
         top = tops[progress.message.thread_ts]
         assert top.text.startswith(note) and "⏳" in top.text
         [reply] = [m for m in slack.thread("C0FALLBACK", top.ts) if m.ts != top.ts]
         assert reply.text.startswith(note) and f"fixed {task.task_id}" in reply.text
         root = SlackThread(slack.team_id, "C0FALLBACK", top.ts)
         assert progress.message == root.message(top.ts)
-        assert posts["completion"].landed_on == f"fallback:{root.message(reply.ts)}"
+        assert posts["completion"].landed_on == Landed(root.message(reply.ts), fallback=True)
 
 
 async def _emulated_slack(url: str) -> SlackSurface:
     config = SlackConfig(
         bot_token="xoxb-keel-emulated", signing_secret="unused", api_url=url + "/api/"
     )
-    client = slack_client(config, timeout_s=5)
+    client = slack_client(config, WebSessions(), timeout_s=5)
     return SlackSurface.single(client, await fetch_slack_identity(client))
 
 

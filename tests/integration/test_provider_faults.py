@@ -32,6 +32,7 @@ from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.github.client import GitHubClient
 from adapters.github.surface import GitHubSurface
 from adapters.slack.surface import SlackSurface, fetch_slack_identity, slack_client
+from adapters.slack.workspaces import WebSessions
 from runtime.clock import Clock, ManualClock, SystemClock
 from runtime.outbox import OutboxDispatcher
 from runtime.store import executions
@@ -112,7 +113,7 @@ async def _short_timeout_surfaces(slack_url: str, github_url: str) -> dict[str, 
     config = SlackConfig(
         bot_token="xoxb-keel-emulated", signing_secret="unused", api_url=slack_url + "/api/"
     )
-    client = slack_client(config, timeout_s=1)
+    client = slack_client(config, WebSessions(), timeout_s=1)
     return {
         "slack": SlackSurface.single(client, await fetch_slack_identity(client)),
         "github": GitHubSurface(GitHubClient.with_token(github_url, "ghp-faults", timeout_s=1)),

@@ -27,7 +27,14 @@ from runtime.store import signals as store
 from runtime.store.engine import Database, Transaction
 from runtime.store.models import MailboxMessageRow, SignalRow, TaskRow
 from runtime.store.outbox import posts_of_task
-from runtime.store.records import MailboxPart, Task, TaskResult, TaskSpec, TaskStatus
+from runtime.store.records import (
+    MailboxPart,
+    SignalActor,
+    Task,
+    TaskResult,
+    TaskSpec,
+    TaskStatus,
+)
 from tests import factories
 from tests.factories import make_spec
 
@@ -370,6 +377,7 @@ async def test_unknown_event_is_stored_as_drop_with_reason_when_ignored(
     stored = database.run_sync(lambda s: store.get_signal(s, first.signal_id))
     assert stored is not None
     assert (stored.dedupe_key, stored.kind, stored.text) == ("drop:github:d-ping", "ping", "ping")
+    assert stored.actor is None and stored_actor(database, first.signal_id) == {}
     assert count(database, SignalRow) == 1
 
 
@@ -382,6 +390,17 @@ async def test_self_generated_signal_is_dropped_in_the_admitting_transaction(
     assert (result.decision, result.reason) == ("drop", "self_generated")
     assert outcomes(database, result.signal_id) == []
     assert count(database, TaskRow) == 0
+    stored = database.run_sync(lambda s: store.get_signal(s, result.signal_id))
+    assert stored is not None and stored.actor == SignalActor("W111", "keel", True, True)
+    assert stored_actor(database, result.signal_id) == {
+        "id": "W111", "name": "keel", "is_bot": True, "is_self": True, "permission": None
+    }
+
+
+def stored_actor(database: Database, signal_id: str) -> object:
+    """The actor as its JSON column holds it."""
+    query = select(SignalRow.actor).where(SignalRow.signal_id == signal_id)
+    return database.run_sync(lambda s: s.scalar(query))
 
 
 # -- crash and resume -----------------------------------------------------------------------
@@ -455,7 +474,7 @@ async def test_resumed_plan_gets_its_acknowledgement(database: Database) -> None
     restarted.reporting = ReportingPolicy()
     [resumed] = await restarted.resume_pending(older_than=timedelta(0))
     posts = database.run_sync(lambda s: posts_of_task(s, resumed.task_id or ""))
-    assert [(p.purpose, p.thread_ref) for p in posts] == [("ack", THREAD)]
+    assert [(p.purpose, p.thread_ref) for p in posts] == [("ack", THREAD_REF)]
 
 
 async def test_escalation_is_queued_with_the_decision_that_made_it(database: Database) -> None:
@@ -465,5 +484,7 @@ async def test_escalation_is_queued_with_the_decision_that_made_it(database: Dat
     result = await ingest(router, follow_up())
     assert result.decision == "escalated"
     posts = database.run_sync(lambda s: posts_of_task(s, task.task_id))
-    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [("escalation", THREAD, "post")]
+    assert [(p.purpose, p.thread_ref, p.action) for p in posts] == [
+        ("escalation", THREAD_REF, "post")
+    ]
     assert "not start a second one" in posts[0].body

@@ -14,6 +14,7 @@ from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.slack.context import SlackContext, SlackReaders
 from adapters.slack.files import MAX_DOWNLOADS, SlackFiles
 from adapters.slack.signals import SlackIdentity
+from adapters.slack.workspaces import WebSessions
 from runtime.brief.model import Gathered, Origin
 from runtime.config import ContextConfig
 from runtime.threads import SlackThread
@@ -140,6 +141,7 @@ def test_each_workspace_thread_is_read_with_that_workspace_token(
     }
     readers = SlackReaders(
         TwoWorkspaces(api, {IDENTITY.team_id: TOKEN, other_team: other_token}),
+        WebSessions(),
         api,
         ContextConfig(),
     )

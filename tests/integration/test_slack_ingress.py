@@ -23,7 +23,7 @@ from adapters.emulators.webhooks import deliver, load_slack_event, sign_slack
 from adapters.slack.app import SlackEvents
 from adapters.slack.bolt import build_bolt_app
 from adapters.slack.signals import SlackIdentity
-from adapters.slack.workspaces import SingleWorkspace, web_client
+from adapters.slack.workspaces import SingleWorkspace, WebSessions
 from adapters.web.ingress import create_ingress_router, install_ingress
 from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
@@ -47,7 +47,7 @@ def ingress() -> Iterator[SlackIngress]:
     sink = RecordingSink()
     with serve(create_slack_app(api)) as emulator:
         api_url = f"{emulator.url}/api/"
-        workspace = SingleWorkspace(web_client("xoxb-keel-emulated", api_url), IDENTITY)
+        workspace = SingleWorkspace(WebSessions().client("xoxb-keel-emulated", api_url), IDENTITY)
         bolt = build_bolt_app(workspace, sink, SystemClock(), api_url=api_url)
         events = SlackEvents(bolt, signing_secret=SECRET, clock=SystemClock())
         app = FastAPI()

@@ -29,7 +29,7 @@ from adapters.slack.app import SlackEvents
 from adapters.slack.bolt import build_bolt_app
 from adapters.slack.signals import SlackIdentity
 from adapters.slack.socket_mode import SlackSocketMode
-from adapters.slack.workspaces import SingleWorkspace, web_client
+from adapters.slack.workspaces import SingleWorkspace, WebSessions
 from adapters.web.ingress import create_ingress_router, install_ingress
 from routing.signal import Ignored, Signal
 from runtime.clock import SystemClock
@@ -72,7 +72,8 @@ async def both() -> AsyncIterator[Both]:
         state.socket = hub
         with serve(create_slack_app(state)) as emulator:
             api_url = f"{emulator.url}/api/"
-            workspace = SingleWorkspace(web_client("xoxb-keel-emulated", api_url), IDENTITY)
+            client = WebSessions().client("xoxb-keel-emulated", api_url)
+            workspace = SingleWorkspace(client, IDENTITY)
             bolt = build_bolt_app(workspace, sink, SystemClock(), api_url=api_url)
             app = FastAPI()
             events = SlackEvents(bolt, signing_secret=SECRET, clock=SystemClock())

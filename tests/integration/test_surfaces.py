@@ -15,6 +15,7 @@ from adapters.emulators.slack import SlackState, create_slack_app
 from adapters.github.client import GitHubClient
 from adapters.github.surface import BODY_LIMIT, GitHubSurface, marker
 from adapters.slack.surface import TEXT_LIMIT, SlackSurface, fetch_slack_identity, slack_client
+from adapters.slack.workspaces import WebSessions
 from runtime.errors import NotFound, Permanent, Retryable
 from runtime.threads import GitHubCommit, GitHubIssue, SlackThread
 from tests.factories import app_key_pair
@@ -44,7 +45,7 @@ async def slack() -> AsyncIterator[Slack]:
     root_ts = state.seed_message(CHANNEL, "<@U0KEELBOT1> fix the build", user=ALICE)
     with serve(create_slack_app(state)) as server:
         config = SlackConfig(bot_token=SLACK_TOKEN, api_url=f"{server.url}/api/")
-        client = slack_client(config, timeout_s=5)
+        client = slack_client(config, WebSessions(), timeout_s=5)
         identity = await fetch_slack_identity(client)
         thread_ref = SlackThread(state.team_id, CHANNEL, root_ts)
         yield Slack(state, SlackSurface.single(client, identity), thread_ref, root_ts)

@@ -23,11 +23,13 @@ from adapters.web.metrics import Metrics, build_metrics
 from adapters.web.ui import build_ui
 from runtime.scheduler import Appended
 from runtime.store import outbox, signals, tool_calls, transcripts, views
-from runtime.store.records import TaskResult, TaskStatus
+from runtime.store.records import SignalActor, TaskResult, TaskStatus
+from runtime.threads import Landed
 from tests.factories import THREAD, make_spec, text_part
 from tests.harness import Stack, build_stack
 
-LANDED = str(THREAD.message("1700000000.000200"))  # the reply, in the thread
+ALICE = SignalActor("U1", "alice", is_bot=False, is_self=False)
+LANDED = Landed(THREAD.message("1700000000.000200"))  # the reply, in the thread
 
 LOOPBACK = ServerConfig()
 EXPOSED = ServerConfig.model_validate({"host": "0.0.0.0", "admin_token": "s3cret-admin"})
@@ -92,7 +94,7 @@ def _record_routing_and_reply(session: Any, task_id: str) -> None:
     """What ingress and the reporter write for a task: its signal and its landed reply."""
     now = datetime.now(UTC)
     facts = signals.SignalFacts(
-        "slack", "Ev-web-1", "slack:msg:1", "mention", THREAD, None, {}, "make it", now
+        "slack", "Ev-web-1", "slack:msg:1", "mention", THREAD, None, ALICE, "make it", now
     )
     admission = signals.read_admission(session, facts, [])
     assert isinstance(admission, signals.Admission)
@@ -182,8 +184,11 @@ async def test_detail_shows_calls_mailbox_evidence_and_reply_when_task_ran(
     [evidence] = body.evidence
     assert (evidence.kind, evidence.strength) == ("comment", "tool_reported")
     [reply] = body.outbox
-    assert (reply.state, reply.landed_on) == ("landed", LANDED)
+    assert (reply.state, reply.landed_on) == ("landed", str(LANDED))
     assert [s.delivery_id for s in body.signals] == ["Ev-web-1"]
+    assert body.signals[0].actor == {  # as stored
+        "id": "U1", "name": "alice", "is_bot": False, "is_self": False, "permission": None
+    }
     assert [n.task_id for n in body.tree] == [real_task.task_id]
     assert body.timeline[-1].status is TaskStatus.succeeded
     assert body.execution is not None and body.execution.phase == "done"

@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.briefing import ThreadContext
 from adapters.slack.context import SlackReaders
 from adapters.slack.signals import SlackIdentity
-from adapters.slack.workspaces import SingleWorkspace
+from adapters.slack.workspaces import SingleWorkspace, WebSessions
 from runtime.brief.port import Briefing
 from runtime.config import ContextConfig
 from tests.harness import build_stack
@@ -32,7 +32,7 @@ async def main(db_url: str, folder: Path, slack_url: str) -> None:
     settings = ContextConfig()
     api = f"{slack_url}/api/"
     client = AsyncWebClient(token=TOKEN, base_url=api, retry_handlers=[])
-    slack = SlackReaders(SingleWorkspace(client, IDENTITY), api, settings)
+    slack = SlackReaders(SingleWorkspace(client, IDENTITY), WebSessions(), api, settings)
     stack.ctx.briefing = Briefing(ThreadContext(slack, None), settings)
     await stack.work_until(folder / "stop", concurrency=1)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import aiohttp
 import pytest
 from slack_sdk.web import async_base_client
 from slack_sdk.web.async_base_client import AsyncBaseClient
 
-from adapters.slack.workspaces import close_shared_sessions, shared_session, web_client
+from adapters.slack.workspaces import WebSessions
 
 
 def test_slack_sdk_request_keeps_the_keywords_the_override_passes() -> None:
@@ -23,16 +24,18 @@ def test_slack_sdk_request_keeps_the_keywords_the_override_passes() -> None:
 async def test_calls_share_the_running_loops_session_when_made_by_different_clients(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    used: list[object] = []
+    used: list[aiohttp.ClientSession] = []
 
-    async def answer(*, current_session: object, **kwargs: Any) -> dict[str, Any]:
+    async def answer(*, current_session: aiohttp.ClientSession, **kwargs: Any) -> dict[str, Any]:
         used.append(current_session)
         return {"status_code": 200, "headers": {}, "data": {"ok": True}}
 
     monkeypatch.setattr(async_base_client, "_request_with_session", answer)
+    sessions = WebSessions()
     try:
         for token in ("xoxb-one-workspace", "xoxb-another-workspace"):
-            await web_client(token, "http://127.0.0.1:9/api/").api_call("auth.test")
-        assert used == [shared_session(30), shared_session(30)]
+            await sessions.client(token, "http://127.0.0.1:9/api/").api_call("auth.test")
+        assert used == [sessions.session(30), sessions.session(30)]
     finally:
-        await close_shared_sessions()
+        await sessions.close()
+    assert all(session.closed for session in used)

@@ -221,7 +221,7 @@ def test_evidence(run: CommandRun, command: str, finished: Finished) -> Evidence
     )
 
 
-def _counts(counts: TestCounts | None) -> dict[str, Any]:
+def _counts(counts: TestCounts | None) -> dict[str, int | str | None]:
     if counts is None:
         return {"passed": None, "failed": None, "errors": None, "skipped": None}
     return {

@@ -309,7 +309,7 @@ def _facts(signal: Signal, provider: str, delivery_id: str) -> SignalFacts:
         kind=signal.kind,
         thread_ref=signal.thread_ref,
         objective_key=signal.objective_key,
-        actor=signal.actor.to_record(),
+        actor=signal.actor,
         text=signal.text,
         received_at=signal.received_at,
         message_ref=signal.message,

@@ -67,19 +67,9 @@ _URL = re.compile(r"https?://[^\s<>|()\[\]\"']+")
 _TRAILING = ".,;:!?"
 
 
-@dataclass(frozen=True, slots=True)
-class Actor:
-    """Who caused the event. `permission` is filled by enrichment when the provider has one."""
-
-    id: str
-    name: str
-    is_bot: bool
-    is_self: bool
-    permission: str | None = None
-
-    def to_record(self) -> SignalActor:
-        """What the store keeps of it, with the Signal."""
-        return SignalActor(self.id, self.name, self.is_bot, self.is_self, self.permission)
+# Who caused the event; ``permission`` is filled by enrichment when the provider has one.
+# The same record is what the store keeps with the Signal, so nothing converts between them.
+Actor = SignalActor
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,43 @@ class ApprovalAsk:
     body: str = ""
 
 
+BudgetOutcome = Literal["budget_exhausted", "budget_stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAsk:
+    """The open budget question: how many budgets were granted before it, until when the
+    answer is awaited, which budget was reached and the progress shown with the question."""
+
+    grants: int
+    until: datetime
+    reached: str
+    progress: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"grants": self.grants, "until": self.until.isoformat(),
+                "reached": self.reached, "progress": self.progress}
+
+    @classmethod
+    def from_json(cls, value: object) -> BudgetAsk | None:
+        if not isinstance(value, dict) or "until" not in value:
+            return None
+        return cls(
+            grants=int(value.get("grants", 0)),
+            until=datetime.fromisoformat(str(value["until"])),
+            reached=str(value.get("reached", "its budget")),
+            progress=str(value.get("progress", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetEnd:
+    """How a budget ended the run, for report_failure: no answer in time, or ``stop``."""
+
+    outcome: BudgetOutcome
+    summary: str
+
+
 @dataclass(frozen=True, slots=True)
 class RunState:
     system: str | None = None  # the system prompt, once load_context has read it
@@ -132,8 +169,8 @@ class RunState:
     # Budgets that ask (#16): budgets granted by ``continue``; the open question; how a
     # budget ended the run (outcome and summary, for report_failure).
     budget_grants: int = 0
-    budget_ask: Mapping[str, Any] | None = None
-    budget_ended: Mapping[str, Any] | None = None
+    budget_ask: BudgetAsk | None = None
+    budget_ended: BudgetEnd | None = None
 
     def to_json(self) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -181,9 +218,11 @@ class RunState:
         if self.budget_grants:
             found["budget_grants"] = self.budget_grants
         if self.budget_ask is not None:
-            found["budget_ask"] = dict(self.budget_ask)
+            found["budget_ask"] = self.budget_ask.to_json()
         if self.budget_ended is not None:
-            found["budget_ended"] = dict(self.budget_ended)
+            found["budget_ended"] = {
+                "outcome": self.budget_ended.outcome, "summary": self.budget_ended.summary
+            }
         return found
 
     @classmethod
@@ -210,8 +249,8 @@ class RunState:
             compact_pending=bool(data.get("compact_pending", False)),
             context_overflows=_overflows(data.get("context_overflows")),
             budget_grants=int(data.get("budget_grants", 0)),
-            budget_ask=_mapping(data.get("budget_ask")),
-            budget_ended=_mapping(data.get("budget_ended")),
+            budget_ask=BudgetAsk.from_json(data.get("budget_ask")),
+            budget_ended=_budget_end(data.get("budget_ended")),
         )
 
 
@@ -244,8 +283,13 @@ def _overflows(value: Any) -> tuple[int, int] | None:
     return int(value.get("turn", 0)), int(value.get("count", 0))
 
 
-def _mapping(value: Any) -> Mapping[str, Any] | None:
-    return dict(value) if isinstance(value, dict) else None
+def _budget_end(value: Any) -> BudgetEnd | None:
+    if not isinstance(value, dict):
+        return None
+    # Anything but a stop reads back as exhausted: an ended budget is never a success.
+    stopped = value.get("outcome") == "budget_stopped"
+    outcome: BudgetOutcome = "budget_stopped" if stopped else "budget_exhausted"
+    return BudgetEnd(outcome, str(value.get("summary", "")))
 
 
 def _failure(value: Any) -> Failure | None:

@@ -19,11 +19,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from runtime.answers import CONTINUE, budget_answer_of
 from runtime.config import AgentLimits
-from runtime.execution import Limit
+from runtime.execution import BudgetAsk, BudgetEnd, Limit
 from runtime.executor import brief, fitting, wip
 from runtime.executor.context import ExecutorContext, Transition, Write, goto
 from runtime.reporting import stop_action
@@ -60,7 +60,7 @@ async def check(
     if saved is not None:
         progress += f"\n{saved.note}"
     body = ask_text(reached, progress, limits)
-    ask = {"grants": grants, "until": until.isoformat(), "reached": reached, "progress": progress}
+    ask = BudgetAsk(grants, until, reached, progress)
     now = ctx.clock.now()
 
     def post(session: Transaction) -> None:
@@ -177,14 +177,16 @@ async def await_budget(
     """Ticked by a reply, a stop, the answer timer, or a stale wake-up."""
     if run.stop_requested:
         return goto(run, "report_stopped")
-    ask = dict(run.state.budget_ask or {})
-    until = datetime.fromisoformat(str(ask.get("until")))
+    ask = run.state.budget_ask
+    if ask is None:  # a stale wake-up after the question was answered
+        return goto(run, "check_scheduler")
+    until = ask.until
     if task.mailbox_seq > run.mailbox_position:
         messages = await ctx.scheduler.read_mailbox(task.task_id, after=run.mailbox_position)
         if messages:
             return await _answered(run, task, ctx, messages, until)
     if ctx.clock.now() >= until:
-        ended = {"outcome": "budget_exhausted", "summary": _exhausted(ask)}
+        ended = BudgetEnd("budget_exhausted", _exhausted(ask))
         return goto(run, "report_failure", state=replace(run.state, budget_ended=ended))
     return goto(run, "await_budget", after="wait", wake_at=until)
 
@@ -219,7 +221,7 @@ async def _answered(
                 run, "check_scheduler", state=granted, mailbox_position=position, writes=writes
             )
         case "stop":
-            ended = {"outcome": "budget_stopped", "summary": _stopped(dict(state.budget_ask or {}))}
+            ended = BudgetEnd("budget_stopped", _stopped(state.budget_ask))
             stopped = replace(state, budget_ended=ended)
             return goto(
                 run, "report_failure", state=stopped, mailbox_position=position, writes=writes
@@ -236,11 +238,10 @@ async def _answered(
             )
 
 
-def _exhausted(ask: dict[str, Any]) -> str:
-    reached = ask.get("reached", "its budget")
-    return f"Ended at its budget of {reached} without an answer.\n{ask.get('progress', '')}"
+def _exhausted(ask: BudgetAsk) -> str:
+    return f"Ended at its budget of {ask.reached} without an answer.\n{ask.progress}"
 
 
-def _stopped(ask: dict[str, Any]) -> str:
-    reached = ask.get("reached", "its budget")
-    return f"Stopped at its budget of {reached} on request.\n{ask.get('progress', '')}"
+def _stopped(ask: BudgetAsk | None) -> str:
+    reached, progress = (ask.reached, ask.progress) if ask else ("its budget", "")
+    return f"Stopped at its budget of {reached} on request.\n{progress}"

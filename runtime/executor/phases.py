@@ -239,9 +239,8 @@ async def report_failure(
     limit, error = run.state.limit, run.state.error
     ended = run.state.budget_ended
     if ended is not None:
-        outcome = str(ended.get("outcome"))
-        status = TaskStatus.canceled if outcome == "budget_stopped" else TaskStatus.failed
-        result = TaskResult(status, str(ended.get("summary", "")), {"outcome": outcome})
+        status = TaskStatus.canceled if ended.outcome == "budget_stopped" else TaskStatus.failed
+        result = TaskResult(status, ended.summary, {"outcome": ended.outcome})
         return _finish(run, task, ctx, result)
     if limit is not None:
         summary = f"stopped at a limit: {limit.name} ({limit.value})"

@@ -12,7 +12,7 @@ import typer
 
 from adapters import cli_tasks
 from adapters.config import AppConfig, describe, load_config
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, UnknownSchema
 from runtime.store.engine import make_engine, resolve_url
 from runtime.store.migrate import is_current, upgrade
 
@@ -119,6 +119,7 @@ def serve(
     )
     config = config.model_copy(update={"server": server})
     setup_logging()
+    _migrate(resolve_url(config.database.url), echo=config.database.echo)
     for line in describe(config):
         typer.echo(line)
     _warn_if_deaf(config)
@@ -136,6 +137,7 @@ def worker(config_path: ConfigPath = None) -> None:
 
     config = _load(config_path)
     setup_logging()
+    _migrate(resolve_url(config.database.url), echo=config.database.echo)
 
     async def run() -> None:
         keel = Keel(config)
@@ -162,14 +164,22 @@ def db_upgrade(
 ) -> None:
     """Apply migrations to database.url of app.yaml; a no-op on a current database."""
     database = _load(config_path).database
-    url = database_url or resolve_url(database.url)
-    engine = make_engine(url, pool_size=1, echo=database.echo)
+    current = _migrate(database_url or resolve_url(database.url), echo=database.echo)
+    typer.echo(f"database schema is {'current' if current else 'NOT current'}")
+
+
+def _migrate(url: str, *, echo: bool) -> bool:
+    """Upgrade the schema (True when it is then current); exit 2 with one line, the database
+    untouched, when it is at a revision this Keel does not know."""
+    engine = make_engine(url, pool_size=1, echo=echo)
     try:
         upgrade(engine)
-        state = "current" if is_current(engine) else "NOT current"
+        return is_current(engine)
+    except UnknownSchema as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
     finally:
         engine.dispose()
-    typer.echo(f"database schema is {state}")
 
 
 @app.command()

@@ -119,6 +119,21 @@ def db_url(
     drop_pg(name)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database URL of each engine, with no schema at all (for migration tests)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    if admin_url() is None:
+        if os.environ.get("KEEL_REQUIRE_POSTGRES"):
+            pytest.fail(f"{PG_ENV} is required here but not set")
+        pytest.skip(f"PostgreSQL not configured ({PG_ENV} unset)")
+    name, url = fresh_pg("template0")
+    yield url
+    drop_pg(name)
+
+
 @pytest.fixture
 def database(db_url: str) -> Iterator[Database]:
     db = Database.from_url(db_url)

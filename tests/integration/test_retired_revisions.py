@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from runtime.store import links, migrate
 from runtime.store.engine import make_engine
 from runtime.store.models import Base, UtcDateTime
+from tests.databases import Databases
 
 SCRIPTS = Path(migrate.__file__).with_name("migrations")
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,9 +87,9 @@ def _schema_differences(engine: Engine) -> list[object]:
 
 @pytest.mark.parametrize("first_form", [False, True], ids=["ceaec48", "1107046"])
 def test_a_database_at_retired_0008_prloop_upgrades_to_head_with_its_links(
-    empty_db_url: str, tmp_path: Path, first_form: bool
+    databases: Databases, tmp_path: Path, first_form: bool
 ) -> None:
-    engine = make_engine(empty_db_url)
+    engine = make_engine(databases.empty())
     _upgrade_with(engine, _prloop_branch_scripts(tmp_path, first_form=first_form), "head")
     assert migrate.current_revision(engine) == "0008_prloop"
     _put_pull_link(engine)

@@ -119,10 +119,10 @@ def serve(
     )
     config = config.model_copy(update={"server": server})
     setup_logging()
-    _migrate(resolve_url(config.database.url), echo=config.database.echo)
     for line in describe(config):
         typer.echo(line)
     _warn_if_deaf(config)
+    _migrate(resolve_url(config.database.url), echo=config.database.echo)
     uvicorn.run(create_app(config), host=server.host, port=server.port, log_config=None)
 
 

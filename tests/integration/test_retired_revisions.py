@@ -140,8 +140,10 @@ def test_an_unknown_revision_is_one_line_naming_it_and_changes_nothing(
     result = _keel(*verb, url=db_url, cwd=tmp_path)
 
     assert result.returncode == 2
-    # serve and worker log as JSON lines (Alembic's own among them); what they say is one line.
-    [line] = [line for line in result.stderr.splitlines() if not line.startswith("{")]
+    # serve and worker log as JSON lines (Alembic's own among them), and serve warns that no
+    # surface is enabled; the error is one line, with no traceback.
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert line.startswith("error: the database is at schema revision '0042_from_the_future'")
     assert f"its revisions run 0001 to {migrate.head_from_files()}, the head" in line
     assert "Run that Keel, or restore a backup" in line

@@ -15,6 +15,7 @@ from adapters.config import AppConfig, describe, load_config
 from runtime.errors import ConfigError, UnknownSchema
 from runtime.store.engine import make_engine, resolve_url
 from runtime.store.migrate import is_current, upgrade
+from runtime.version import VERSION
 
 app = typer.Typer(help="Keel: durable, evidence-backed agent tasks from Slack and GitHub.")
 db_app = typer.Typer(help="Database schema.")
@@ -27,6 +28,24 @@ cache_app = typer.Typer(help="Cached environments (what repositories' setup step
 app.add_typer(cache_app, name="cache")
 
 ConfigPath = Annotated[Path | None, typer.Option("--config", help="app.yaml to use.")]
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"keel {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _keel(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print Keel's version."
+        ),
+    ] = False,
+) -> None:
+    """Keel: durable, evidence-backed agent tasks from Slack and GitHub."""
 
 
 def _load(path: Path | None) -> AppConfig:

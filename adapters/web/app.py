@@ -26,6 +26,7 @@ from adapters.web.ingress import create_ingress_router, install_ingress
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
 from runtime.store.migrate import head_from_files, head_revision
+from runtime.version import VERSION
 
 
 class _Late:
@@ -90,7 +91,7 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     # server; the guarded ones below ask for the admin token off loopback.
     app = FastAPI(
         title="Keel",
-        version="0.1.0",
+        version=VERSION,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,

@@ -12,9 +12,10 @@ import typer
 
 from adapters import cli_tasks
 from adapters.config import AppConfig, describe, load_config
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, UnknownSchema
 from runtime.store.engine import make_engine, resolve_url
 from runtime.store.migrate import is_current, upgrade
+from runtime.version import VERSION
 
 app = typer.Typer(help="Keel: durable, evidence-backed agent tasks from Slack and GitHub.")
 db_app = typer.Typer(help="Database schema.")
@@ -27,6 +28,24 @@ cache_app = typer.Typer(help="Cached environments (what repositories' setup step
 app.add_typer(cache_app, name="cache")
 
 ConfigPath = Annotated[Path | None, typer.Option("--config", help="app.yaml to use.")]
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"keel {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _keel(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print Keel's version."
+        ),
+    ] = False,
+) -> None:
+    """Keel: durable, evidence-backed agent tasks from Slack and GitHub."""
 
 
 def _load(path: Path | None) -> AppConfig:
@@ -122,6 +141,7 @@ def serve(
     for line in describe(config):
         typer.echo(line)
     _warn_if_deaf(config)
+    _migrate(resolve_url(config.database.url), echo=config.database.echo)
     uvicorn.run(create_app(config), host=server.host, port=server.port, log_config=None)
 
 
@@ -136,6 +156,7 @@ def worker(config_path: ConfigPath = None) -> None:
 
     config = _load(config_path)
     setup_logging()
+    _migrate(resolve_url(config.database.url), echo=config.database.echo)
 
     async def run() -> None:
         keel = Keel(config)
@@ -162,14 +183,22 @@ def db_upgrade(
 ) -> None:
     """Apply migrations to database.url of app.yaml; a no-op on a current database."""
     database = _load(config_path).database
-    url = database_url or resolve_url(database.url)
-    engine = make_engine(url, pool_size=1, echo=database.echo)
+    current = _migrate(database_url or resolve_url(database.url), echo=database.echo)
+    typer.echo(f"database schema is {'current' if current else 'NOT current'}")
+
+
+def _migrate(url: str, *, echo: bool) -> bool:
+    """Upgrade the schema (True when it is then current); exit 2 with one line, the database
+    untouched, when it is at a revision this Keel does not know."""
+    engine = make_engine(url, pool_size=1, echo=echo)
     try:
         upgrade(engine)
-        state = "current" if is_current(engine) else "NOT current"
+        return is_current(engine)
+    except UnknownSchema as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
     finally:
         engine.dispose()
-    typer.echo(f"database schema is {state}")
 
 
 @app.command()

@@ -37,6 +37,11 @@ class ConfigError(Permanent):
     """The configuration is invalid; the message names the offending key."""
 
 
+class UnknownSchema(Permanent):
+    """The database is at a schema revision this code does not know (a newer Keel's, or an
+    unreleased branch's): upgrading cannot go on from it."""
+
+
 class StaleWrite(KeelError):
     """An optimistic version check failed: another writer advanced the record first."""
 

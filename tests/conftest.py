@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 
 from runtime.store.engine import Database, make_engine
 from runtime.store.migrate import upgrade
-from tests.databases import PG_ENV, admin_url, drop_pg, fresh_pg
+from tests.databases import PG_ENV, Databases, admin_url, drop_pg, fresh_pg
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -119,6 +119,25 @@ def db_url(
     drop_pg(name)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def databases(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    _pg_template: str | None,
+    _sqlite_template: Path,
+) -> Iterator[Databases]:
+    """Fresh databases of each engine, empty or migrated (for migration tests)."""
+    if request.param == "postgresql" and _pg_template is None:
+        if os.environ.get("KEEL_REQUIRE_POSTGRES"):
+            pytest.fail(f"{PG_ENV} is required here but not set")
+        pytest.skip(f"PostgreSQL not configured ({PG_ENV} unset)")
+    made = Databases(request.param, tmp_path, _pg_template, _sqlite_template)
+    yield made
+    if request.param == "postgresql":
+        for name in made.made:
+            drop_pg(name)
+
+
 @pytest.fixture
 def database(db_url: str) -> Iterator[Database]:
     db = Database.from_url(db_url)
@@ -126,31 +145,7 @@ def database(db_url: str) -> Iterator[Database]:
     db.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_factory(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    _pg_template: str | None,
-    _sqlite_template: Path,
-) -> Iterator[Callable[[], str]]:
+@pytest.fixture
+def db_factory(databases: Databases) -> Callable[[], str]:
     """Makes as many fresh, migrated databases of one engine as a test needs."""
-    made: list[str] = []
-    if request.param == "postgresql" and _pg_template is None:
-        if os.environ.get("KEEL_REQUIRE_POSTGRES"):
-            pytest.fail(f"{PG_ENV} is required here but not set")
-        pytest.skip(f"PostgreSQL not configured ({PG_ENV} unset)")
-
-    def make() -> str:
-        if request.param == "sqlite":
-            url = _sqlite_copy(_sqlite_template, tmp_path / f"db{len(made)}.db")
-            made.append(url)
-            return url
-        assert _pg_template is not None
-        name, url = fresh_pg(_pg_template)
-        made.append(name)
-        return url
-
-    yield make
-    if request.param == "postgresql":
-        for name in made:
-            drop_pg(name)
+    return databases.migrated

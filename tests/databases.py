@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
+from pathlib import Path
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -34,3 +36,29 @@ def drop_pg(name: str) -> None:
     with engine.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     engine.dispose()
+
+
+class Databases:
+    """Fresh databases of one engine: empty (no schema at all) or migrated to the head."""
+
+    def __init__(self, engine: str, tmp_path: Path, pg_template: str | None, sqlite: Path):
+        self.engine, self._tmp = engine, tmp_path
+        self._pg_template, self._sqlite = pg_template, sqlite
+        self.made: list[str] = []
+
+    def empty(self) -> str:
+        return self._make(None)
+
+    def migrated(self) -> str:
+        return self._make(self._sqlite if self.engine == "sqlite" else self._pg_template)
+
+    def _make(self, template: Path | str | None) -> str:
+        if self.engine == "sqlite":
+            path = self._tmp / f"db{len(self.made)}.db"
+            self.made.append(str(path))
+            if template:
+                shutil.copyfile(template, path)
+            return f"sqlite:///{path}"
+        name, url = fresh_pg(str(template or "template0"))
+        self.made.append(name)
+        return url

@@ -26,6 +26,7 @@ from adapters.web.ingress import create_ingress_router, install_ingress
 from adapters.web.metrics import build_metrics
 from adapters.web.ui import build_ui
 from runtime.store.migrate import head_from_files, head_revision
+from runtime.version import VERSION
 
 
 class _Late:
@@ -90,7 +91,7 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     # server; the guarded ones below ask for the admin token off loopback.
     app = FastAPI(
         title="Keel",
-        version="0.1.0",
+        version=VERSION,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -139,20 +140,22 @@ def _mount_health(app: FastAPI, keel: Keel) -> None:
     async def readyz() -> JSONResponse:
         """The database answers, its schema is current, and commands can run as configured.
 
-        ``workspace.sandbox: auto``/``bwrap`` without a working bubblewrap is not ready: every
-        command would be refused. ``none`` is ready, with a warning in every answer, so that
-        running commands unsandboxed is never silent.
+        ``schema`` says the revision the database is at and the code's head: not ready while
+        they differ. ``workspace.sandbox: auto``/``bwrap`` without a working bubblewrap is not
+        ready: every command would be refused. ``none`` is ready, with a warning in every
+        answer, so that running commands unsandboxed is never silent.
         """
         sandbox = await sandbox_status(keel.config.workspace.sandbox)
         extra: dict[str, object] = {"warnings": [sandbox.warning]} if sandbox.warning else {}
         try:
             revision = await keel.db.schema_revision()
         except Exception as e:  # loop boundary: any failure means not ready
-            return _not_ready(type(e).__name__, extra)
+            return _not_ready(type(e).__name__, {**extra, "schema": {"code": head}})
+        extra["schema"] = {"database": revision, "code": head}
         if revision != head:
             return _not_ready("migrations pending", extra)
         if not sandbox.ok:
-            return _not_ready("sandbox unavailable", {"detail": sandbox.line})
+            return _not_ready("sandbox unavailable", {**extra, "detail": sandbox.line})
         return JSONResponse({"ready": True, **extra})
 
 

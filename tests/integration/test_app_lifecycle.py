@@ -24,11 +24,14 @@ from adapters.emulators.server import serve
 from adapters.web.app import create_app
 from runtime.scheduler import Scheduler
 from runtime.store import executions, tool_calls
-from runtime.store.engine import Database
+from runtime.store.engine import Database, make_engine
+from runtime.store.migrate import head_from_files
 from tests.databases import admin_url
 from tests.harness import schedule_task
 
 ROOT = Path(__file__).resolve().parents[2]
+HEAD = head_from_files()
+CURRENT = {"database": HEAD, "code": HEAD}
 
 
 def test_readyz_fails_when_database_becomes_unreachable(db_url: str, tmp_path: Path) -> None:
@@ -54,7 +57,26 @@ def test_building_keel_leaves_the_schema_alone_and_serve_start_up_migrates(
     tables = sqlite3.connect(tmp_path / "fresh.db").execute("SELECT name FROM sqlite_master")
     assert tables.fetchall() == []
     with serve(create_app(config, workers=False), lifespan="on") as server:
-        assert httpx.get(server.url + "/readyz").json() == {"ready": True}
+        assert httpx.get(server.url + "/readyz").json() == {"ready": True, "schema": CURRENT}
+
+
+def test_readyz_names_both_revisions_and_is_not_ready_when_the_schema_is_behind(
+    db_url: str,
+) -> None:
+    config = build_config({"database": {"url": db_url}}, env={})
+    with serve(create_app(config, workers=False), lifespan="on") as server:
+        assert httpx.get(server.url + "/readyz").json() == {"ready": True, "schema": CURRENT}
+        engine = make_engine(db_url)
+        with engine.begin() as connection:  # as a database restored from an older backup
+            connection.execute(text("UPDATE alembic_version SET version_num = '0009_prloop'"))
+        engine.dispose()
+        response = httpx.get(server.url + "/readyz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "ready": False,
+        "error": "migrations pending",
+        "schema": {"database": "0009_prloop", "code": HEAD},
+    }
 
 
 def test_database_pool_size_and_echo_reach_the_engine_when_configured(

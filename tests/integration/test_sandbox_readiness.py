@@ -18,6 +18,7 @@ import pytest
 from adapters.config import build_config
 from adapters.emulators.server import serve
 from adapters.web.app import create_app
+from runtime.store.migrate import head_from_files
 from runtime.workspace import sandbox as sandbox_module
 from tests.host import require_bwrap
 
@@ -123,4 +124,7 @@ def test_readyz_ready_without_warnings_when_bwrap_works(
 ) -> None:
     require_bwrap()
     monkeypatch.setattr(sandbox_module, "_bwrap_works", None)  # probe the real one
-    assert _readyz(tmp_path, "auto").json() == {"ready": True}
+    head = head_from_files()
+    assert _readyz(tmp_path, "auto").json() == {
+        "ready": True, "schema": {"database": head, "code": head}
+    }

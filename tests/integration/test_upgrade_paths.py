@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from runtime.execution import FIRST_PHASE, RunState
 from runtime.store import executions as runs
-from runtime.store import github, installations, links, mailbox, migrate, signals, usage, views
+from runtime.store import held, installations, links, mailbox, migrate, signals, usage, views
 from runtime.store.engine import make_engine
 from runtime.store.models import Base
 from runtime.store.records import TextPart
@@ -137,7 +137,7 @@ READERS: dict[str, Callable[[Session], object]] = {
     "route_attempts": lambda s: signals.attempts_for(s, "s1"),
     "installations": lambda s: installations.find(s, SLACK_KEY),
     "model_calls": lambda s: usage.calls_of(s, "t1"),
-    "github_inbox": lambda s: github.due(s, LATER, 10),
+    "github_inbox": lambda s: held.due(s, LATER, 10),
     "pull_links": lambda s: links.pull_link(s, "acme/shop", 7),
 }
 

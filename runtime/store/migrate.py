@@ -87,6 +87,7 @@ def upgrade(engine: Engine) -> None:
         elif stamped is not None:
             _check_known(config, stamped)
         command.upgrade(config, "head")
+        _check_complete(connection, stamped)
 
 
 def _stamped(connection: Connection) -> str | None:
@@ -106,6 +107,22 @@ def _check_known(config: Config, stamped: str) -> None:
             f"(its revisions run {known[-1]} to {known[0]}, the head): a newer Keel or an "
             "unreleased branch wrote it. Run that Keel, or restore a backup taken before "
             "it ran; nothing was changed"
+        )
+
+
+def _check_complete(connection: Connection, stamped: str | None) -> None:
+    """Every table of the models exists after an upgrade. A database an unreleased branch
+    stamped with a released id (``0008_github`` before ``0008_context`` came ahead of it)
+    skipped a revision's work: it is refused, and the upgrade's transaction rolls back
+    wherever the database can undo schema changes (PostgreSQL; SQLite's own DDL too)."""
+    from runtime.store.models import Base
+
+    missing = sorted(set(Base.metadata.tables) - set(inspect(connection).get_table_names()))
+    if missing:
+        raise UnknownSchema(
+            f"the database was at schema revision {stamped!r} but lacks the tables "
+            f"{', '.join(missing)} that revision's chain creates: an unreleased branch wrote "
+            "it under a released id. Restore a backup taken before that branch ran"
         )
 
 

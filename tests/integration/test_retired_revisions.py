@@ -23,6 +23,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, column, inspect, table, text
 from sqlalchemy.orm import Session
 
+from runtime.errors import UnknownSchema
 from runtime.store import links, migrate
 from runtime.store.engine import make_engine
 from runtime.store.models import Base, UtcDateTime
@@ -83,6 +84,19 @@ def _put_pull_link(engine: Engine) -> None:
 def _schema_differences(engine: Engine) -> list[object]:
     with engine.connect() as connection:
         return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
+
+
+def test_a_released_id_over_a_schema_missing_its_tables_is_refused(databases: Databases) -> None:
+    """The github branch stamped 0008_github before 0008_context came ahead of it: such a
+    database lacks model_calls, and the upgrade says so instead of going on without it."""
+    engine = make_engine(databases.empty())
+    _upgrade_with(engine, SCRIPTS, "0008_github")
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE model_calls"))
+
+    with pytest.raises(UnknownSchema, match=r"'0008_github' but lacks the tables model_calls"):
+        migrate.upgrade(engine)
+    engine.dispose()
 
 
 @pytest.mark.parametrize("first_form", [False, True], ids=["ceaec48", "1107046"])

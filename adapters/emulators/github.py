@@ -8,7 +8,6 @@ credentials"); ``/app`` routes take the app's JWT instead.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -481,17 +480,8 @@ async def redeliver_hook_delivery(request: Request, delivery_id: int) -> Respons
     found = hooks.find(delivery_id)
     if found is None:
         raise GitHubError(404, "Not Found")
-    hooks.redelivery_requests.append(delivery_id)
-    # GitHub accepts the request and delivers afterwards, with the same GUID and body.
-    pending = asyncio.create_task(
-        hooks.send(found.event, found.payload, guid=found.guid, redelivery=True)
-    )
-    _BACKGROUND.add(pending)
-    pending.add_done_callback(_BACKGROUND.discard)
+    hooks.redeliver_later(found)
     return JSONResponse({}, status_code=202)
-
-
-_BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
 async def list_installations(request: Request) -> Response:

@@ -9,6 +9,7 @@ GitHub never redelivers by itself, and neither does the emulator.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 import uuid
@@ -60,6 +61,7 @@ class HookLog:
     deliveries: list[HookDelivery] = field(default_factory=list)
     redelivery_requests: list[int] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(90_001))
+    _pending: set[asyncio.Task[HookDelivery]] = field(default_factory=set)
 
     async def send(
         self,
@@ -96,6 +98,16 @@ class HookLog:
         )
         self.deliveries.append(delivery)
         return delivery
+
+    def redeliver_later(self, found: HookDelivery) -> None:
+        """GitHub accepts a redelivery request and delivers afterwards, with the same GUID
+        and body; the log keeps the pending send until it is done."""
+        self.redelivery_requests.append(found.delivery_id)
+        pending = asyncio.create_task(
+            self.send(found.event, found.payload, guid=found.guid, redelivery=True)
+        )
+        self._pending.add(pending)
+        pending.add_done_callback(self._pending.discard)
 
     def find(self, delivery_id: int) -> HookDelivery | None:
         return next((d for d in self.deliveries if d.delivery_id == delivery_id), None)

@@ -11,7 +11,7 @@ from runtime.errors import ConfigError
 from runtime.models.base import ModelProvider
 from runtime.models.scripted import ScriptedProvider
 
-if TYPE_CHECKING:  # imported when built: httpx is ~18 MB a scripted Keel does without
+if TYPE_CHECKING:  # imported when built: the SDK is a weight a scripted Keel does without
     from runtime.models.openai import OpenAIProvider
 
 ProviderKind = Literal["openai", "scripted"]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -610,7 +610,7 @@ async def test_injected_transport_stays_open_when_provider_finishes_a_call(
     llm: CompletionsServer,
 ) -> None:
     llm.queue(completion({"content": "one"}), completion({"content": "two"}))
-    async with httpx.AsyncHTTPTransport() as transport:
+    async with httpx2.AsyncHTTPTransport() as transport:
         provider = make_provider(llm.base_url, RecordedSleep(), transport=transport)
 
         first = await provider.complete(make_request())

@@ -305,12 +305,15 @@ class Keel:
                 return NoModel()
             return build_provider("scripted", path=model.script)
         key = model.api_key.get_secret_value() if model.api_key else None
+        # The Messages API requires a reply bound; chat completions get it per request.
+        bound = {"max_tokens": model.max_output_tokens} if model.provider == "anthropic" else {}
         return build_provider(
-            "openai",
+            model.provider,
             base_url=model.base_url,
             model=model.model,
             api_key=key,
             timeout_s=model.timeout_s,
+            **bound,
         )
 
     def _agent_tools(

@@ -139,10 +139,19 @@ class ModelPrice(ConfigSection):
     cached_input_per_million: float | None = Field(default=None, ge=0)
 
 
+# Where each provider is reached when ``base_url`` is not set.
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
+
+
 class ModelConfig(ConfigSection):
     # A first real run talks to a real model; the demo and the tests choose scripted.
-    provider: Literal["openai", "scripted"] = "openai"
-    base_url: str = "https://api.openai.com/v1"
+    # openai: any OpenAI-compatible chat-completions server; anthropic: the Messages API.
+    provider: Literal["openai", "anthropic", "scripted"] = "openai"
+    # Unset or blank: the provider's own (DEFAULT_BASE_URLS).
+    base_url: str = DEFAULT_BASE_URLS["openai"]
     model: str = "gpt-4o-mini"
     api_key: Secret = None
     timeout_s: float = Field(default=60, gt=0)
@@ -160,18 +169,29 @@ class ModelConfig(ConfigSection):
     # first failed call) ends the task with a reply saying the provider was unavailable.
     outage_give_up_s: float = Field(default=1800, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _providers_base_url(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not str(data.get("base_url") or "").strip():
+            provider = data.get("provider") or "openai"
+            data = {
+                **data,
+                "base_url": DEFAULT_BASE_URLS.get(provider, DEFAULT_BASE_URLS["openai"]),
+            }
+        return data
+
     def describe(self, source: SourceOf) -> str:
         match self.provider:
             case "scripted":
                 script = f"script {self.script}" if self.script else "no script configured"
                 return f"model: scripted ({script})"
-            case "openai":
+            case "openai" | "anthropic":
                 key = "api key set" if self.api_key else f"{source('model.api_key')} not set"
                 vision = ", vision" if self.vision else ""
                 priced = "priced" if self.model in self.prices else "no price set"
                 return (
-                    f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision}), "
-                    f"window {self.context_window} tokens, {priced}"
+                    f"model: {self.provider} {self.model} at {redact_url(self.base_url)} "
+                    f"({key}{vision}), window {self.context_window} tokens, {priced}"
                 )
 
 

@@ -26,7 +26,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from runtime.errors import ProviderUnavailable
+import httpx2
+
+from runtime.errors import ContextLengthExceeded, Permanent, ProviderUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -181,3 +183,60 @@ def retry_after(response: HTTPResponse) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def connection_failure(error: BaseException, wording: Wording) -> Transient:
+    """An SDK's ``APIConnectionError``/``APITimeoutError`` (or httpx2's own error) as an
+    attempt to retry; a base URL no request can use is ``Permanent`` at once."""
+    cause = error.__cause__ or error
+    if isinstance(cause, httpx2.UnsupportedProtocol | httpx2.InvalidURL):
+        log.error("model provider base_url %r is not usable: %s", wording.base_url, cause)
+        raise Permanent(f"the configured model base_url is not usable ({type(cause).__name__})")
+    return Transient(type(cause).__name__, None, wording.redact(str(cause)))
+
+
+def answered(
+    status: int, response: HTTPResponse, wording: Wording, model: str, *, transient: bool
+) -> Transient | Permanent:
+    """A non-2xx answer as an attempt to retry (``transient``: the SDK's typed error says so,
+    or the status does), else the Keel error to raise."""
+    detail = wording.public(server_message(response))
+    if transient or status in TRANSIENT_STATUS or status >= 500:
+        return Transient(f"HTTP {status}: {detail}", retry_after(response), wording.head(response))
+    return refused(status, detail, model)
+
+
+def sdk_http_client(
+    transport: httpx2.AsyncBaseTransport | None, timeout_s: float
+) -> httpx2.AsyncClient:
+    """The SDK's HTTP client; a transport handed in stays the caller's (never closed here)."""
+    borrowed = Borrowed(transport) if transport is not None else None
+    return httpx2.AsyncClient(transport=borrowed, timeout=timeout_s, follow_redirects=False)
+
+
+def refused(status: int, detail: str, model: str) -> Permanent:
+    """The Keel error for a refusal no retry gets past: a rejected key, a full window, or
+    anything else the server said no to (``detail`` is already fit for people)."""
+    log.warning("model provider answered HTTP %d: %s", status, detail)
+    if status in AUTH_STATUS:
+        return Permanent(
+            f"model provider rejected the API key (HTTP {status}); "
+            f"check the api key configured for model {model!r}. Server said: {detail}"
+        )
+    message = f"model provider refused the request for model {model!r} (HTTP {status}): {detail}"
+    if CONTEXT_LENGTH.search(detail):
+        return ContextLengthExceeded(message)
+    return Permanent(message)
+
+
+class Borrowed(httpx2.AsyncBaseTransport):
+    """Delegates requests to a caller-owned transport and leaves its lifecycle to the caller."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        return None

@@ -25,17 +25,16 @@ from typing import Any
 import httpx2
 import openai
 
-from runtime.errors import ContextLengthExceeded, Permanent
+from runtime.errors import Permanent
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.faults import (
-    AUTH_STATUS,
-    CONTEXT_LENGTH,
-    TRANSIENT_STATUS,
     Retries,
     Sleep,
     Transient,
     Wording,
-    retry_after,
+    answered,
+    connection_failure,
+    sdk_http_client,
     server_message,
 )
 from runtime.models.openai_wire import (
@@ -132,17 +131,13 @@ class OpenAIProvider:
         self._dropped.add(named[0])
 
     def _client(self) -> openai.AsyncOpenAI:
-        # A transport handed in belongs to the caller, so closing our client must not close it.
-        transport = _Borrowed(self._transport) if self._transport is not None else None
         return openai.AsyncOpenAI(
             api_key=self._api_key or _NO_KEY,
             base_url=self.base_url,
             timeout=self._timeout_s,
             max_retries=0,
             default_headers={"User-Agent": "keel-bot"},
-            http_client=httpx2.AsyncClient(
-                transport=transport, timeout=self._timeout_s, follow_redirects=False
-            ),
+            http_client=sdk_http_client(self._transport, self._timeout_s),
         )
 
     async def _attempt(
@@ -152,50 +147,25 @@ class OpenAIProvider:
             # With no key, the SDK is told to send no Authorization header (a local Ollama).
             omit = {"Authorization": openai.Omit()} if self._api_key is None else None
             raw = await client.chat.completions.with_raw_response.create(**body, extra_headers=omit)
-        except httpx2.InvalidURL as e:
-            raise self._unusable(e) from e
-        except openai.APIConnectionError as e:  # APITimeoutError included
-            cause = e.__cause__ or e
-            if isinstance(cause, httpx2.UnsupportedProtocol | httpx2.InvalidURL):
-                raise self._unusable(cause) from e
-            return Transient(type(cause).__name__, None, self._wording.redact(str(cause)))
+        except (openai.APIConnectionError, httpx2.InvalidURL) as e:  # timeouts included
+            return connection_failure(e, self._wording)
         except openai.APIStatusError as e:
             return self._refusal(e)
         return self._completion(raw.http_response)
 
-    def _unusable(self, error: Exception) -> Permanent:
-        log.error("model provider base_url %r is not usable: %s", self.base_url, error)
-        return Permanent(f"the configured model base_url is not usable ({type(error).__name__})")
-
     def _refusal(self, error: openai.APIStatusError) -> Transient:
         """A non-2xx answer as a ``Transient`` to retry, else the Keel error it raises."""
-        response, status = error.response, error.status_code
-        detail = self._wording.public(server_message(response))
-        match error:
-            case openai.RateLimitError() | openai.InternalServerError():
-                return Transient(
-                    f"HTTP {status}: {detail}", retry_after(response), self._wording.head(response)
-                )
-            case _ if status in TRANSIENT_STATUS or status >= 500:
-                return Transient(
-                    f"HTTP {status}: {detail}", retry_after(response), self._wording.head(response)
-                )
-        log.warning("model provider at %s answered HTTP %d: %s", self.base_url, status, detail)
-        if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError) or (
-            status in AUTH_STATUS
-        ):
-            raise Permanent(
-                f"model provider rejected the API key (HTTP {status}); "
-                f"check the api key configured for model {self.model!r}. Server said: {detail}"
-            )
-        message = (
-            f"model provider refused the request for model {self.model!r} (HTTP {status}): {detail}"
+        transient = isinstance(error, openai.RateLimitError | openai.InternalServerError)
+        outcome = answered(
+            error.status_code, error.response, self._wording, self.model, transient=transient
         )
-        if CONTEXT_LENGTH.search(detail):
-            raise ContextLengthExceeded(message)
-        if isinstance(error, openai.BadRequestError | openai.UnprocessableEntityError):
-            raise _Refused(message, detail)
-        raise Permanent(message)
+        if isinstance(outcome, Transient):
+            return outcome
+        if type(outcome) is Permanent and isinstance(
+            error, openai.BadRequestError | openai.UnprocessableEntityError
+        ):
+            raise _Refused(str(outcome), server_message(error.response)) from error
+        raise outcome from error
 
     def _completion(self, response: httpx2.Response) -> WireCompletion | Transient:
         """A 2xx that is not a completion is a fault of the provider, retried like a 5xx."""
@@ -214,16 +184,3 @@ class _Refused(Permanent):
     def __init__(self, message: str, detail: str) -> None:
         super().__init__(message)
         self.detail = detail
-
-
-class _Borrowed(httpx2.AsyncBaseTransport):
-    """Delegates requests to a caller-owned transport and leaves its lifecycle to the caller."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
-        self._inner = inner
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        return None

@@ -128,7 +128,13 @@ def build_app(server: CompletionsServer) -> Starlette:
             reply.body, reply.status, headers=reply.headers, media_type="application/json"
         )
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])])
+    # Anthropic's Messages API is answered the same way (tests/integration/test_anthropic_provider).
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/messages", chat_completions, methods=["POST"]),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")

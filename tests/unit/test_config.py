@@ -213,7 +213,7 @@ def test_unknown_key_in_app_yaml_header_example_is_refused_when_its_variable_is_
         ({"server": {"port": "eighty"}}, "server.port"),
         ({"worker": {"concurrency": [1]}}, "worker.concurrency"),
         ({"reporting": {"ack": "wave"}}, "reporting.ack"),
-        ({"model": {"provider": "anthropic"}}, "model.provider"),
+        ({"model": {"provider": "bedrock"}}, "model.provider"),
         ({"github": {"min_permission": "owner"}}, "github.min_permission"),
         ({"routing": {"join_thread_replies": "perhaps"}}, "routing.join_thread_replies"),
         ({"agents": {"a": {"limits": {"fanout": 0}}}}, "agents.a.limits.fanout"),

@@ -195,6 +195,44 @@ class ModelConfig(ConfigSection):
                 )
 
 
+class AgentModel(ConfigSection):
+    """An agent's own model: each setting given overrides the top-level ``model`` section's.
+    Naming another provider starts from that provider's own base URL and no key: the default
+    model's key belongs to the default's provider."""
+
+    provider: Literal["openai", "anthropic", "scripted"] | None = None
+    base_url: OptionalText = None
+    model: OptionalText = None
+    api_key: Secret = None
+    timeout_s: float | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, ge=1_000)
+    max_output_tokens: int | None = Field(default=None, ge=16)
+    fit_ratio: float | None = Field(default=None, gt=0.1, le=1.0)
+    # Added to the top-level prices (by model name).
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+
+def agent_model(default: ModelConfig, own: AgentModel | None) -> ModelConfig:
+    """The model an agent's calls go to: its own settings over ``default``'s. Raises
+    ``ValueError`` with the reason when the result is not a model Keel can call."""
+    if own is None:
+        return default
+    merged = default.model_dump(exclude={"prices"})
+    if own.provider is not None and own.provider != default.provider:
+        merged.update(base_url=None, api_key=None)
+    merged.update(own.model_dump(exclude_none=True, exclude={"prices"}))
+    merged["prices"] = {**default.prices, **own.prices}
+    model = ModelConfig.model_validate(merged)
+    if model.provider == "scripted":
+        raise ValueError(
+            "the scripted provider plays one script for every agent; name a real provider "
+            "(openai, anthropic) for an agent's own model, or leave the model out"
+        )
+    if model.provider == "anthropic" and model.api_key is None:
+        raise ValueError("the anthropic provider needs api_key (e.g. ${ANTHROPIC_API_KEY})")
+    return model
+
+
 class AgentLimits(ConfigSection):
     max_turns: int = Field(default=30, ge=1)
     max_tool_calls: int = Field(default=100, ge=0)
@@ -274,6 +312,9 @@ class AgentConfig(ConfigSection):
     allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = ()
     allow_network: bool = False
     allow_protected_push: bool = False
+    # The agent's own model (provider, base_url, model, api_key, window, prices); unset: the
+    # top-level model section's.
+    model: AgentModel | None = None
 
     @model_validator(mode="after")
     def _one_network_setting(self) -> AgentConfig:
@@ -340,10 +381,17 @@ def _network_text(egress: Egress) -> str:
     return f"allowlist of {len(egress.allow)} host{'' if len(egress.allow) == 1 else 's'}"
 
 
+def _own_model_text(own: AgentModel | None) -> str:
+    if own is None:
+        return ""
+    provider = f" ({own.provider})" if own.provider else ""
+    return f", own model {own.model or 'as default'}{provider}"
+
+
 def describe_agents(agents: dict[str, AgentConfig]) -> str:
     listed = ", ".join(
         f"{name} ({len(agent.tools)} tools, max {agent.limits.max_turns} turns, "
-        f"network {_network_text(agent.egress())})"
+        f"network {_network_text(agent.egress())}{_own_model_text(agent.model)})"
         for name, agent in agents.items()
     )
     return f"agents: {listed}"

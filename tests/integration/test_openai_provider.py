@@ -128,11 +128,12 @@ def build_app(server: CompletionsServer) -> Starlette:
             reply.body, reply.status, headers=reply.headers, media_type="application/json"
         )
 
-    # Anthropic's Messages API is answered the same way (tests/integration/test_anthropic_provider).
+    # Anthropic's Messages API and Ollama's /api/show are answered the same way
+    # (test_anthropic_provider, test_online_models).
     return Starlette(
         routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/messages", chat_completions, methods=["POST"]),
+            Route(path, chat_completions, methods=["POST"])
+            for path in ("/v1/chat/completions", "/v1/messages", "/api/show")
         ]
     )
 

@@ -400,8 +400,10 @@ def _unhonourable_models(config: AppConfig) -> list[str]:
         try:
             agent_model(config.model, agent.model)
         except ValidationError as e:
-            reasons = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in e.errors())
-            problems.append(f"agents.{name}.model: {reasons}")
+            for detail in e.errors():
+                where = "".join(f".{part}" for part in detail["loc"])
+                reason = detail["msg"].removeprefix("Value error, ")
+                problems.append(f"agents.{name}.model{where}: {reason}")
         except ValueError as e:
             problems.append(f"agents.{name}.model: {e}")
     return problems

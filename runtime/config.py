@@ -180,6 +180,12 @@ class ModelConfig(ConfigSection):
             }
         return data
 
+    @model_validator(mode="after")
+    def _anthropic_has_a_key(self) -> ModelConfig:
+        if self.provider == "anthropic" and self.api_key is None:
+            raise ValueError("the anthropic provider needs api_key (e.g. ${ANTHROPIC_API_KEY})")
+        return self
+
     def describe(self, source: SourceOf) -> str:
         match self.provider:
             case "scripted":
@@ -228,8 +234,6 @@ def agent_model(default: ModelConfig, own: AgentModel | None) -> ModelConfig:
             "the scripted provider plays one script for every agent; name a real provider "
             "(openai, anthropic) for an agent's own model, or leave the model out"
         )
-    if model.provider == "anthropic" and model.api_key is None:
-        raise ValueError("the anthropic provider needs api_key (e.g. ${ANTHROPIC_API_KEY})")
     return model
 
 

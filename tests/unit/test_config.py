@@ -771,3 +771,9 @@ def test_config_check_refuses_an_agents_model_it_cannot_honour(
 
     assert line.startswith("agents.reviewer.model")
     assert problem in line
+
+
+def test_config_check_refuses_an_anthropic_model_without_a_key_when_its_variable_is_unset() -> None:
+    (line,) = problems_of({"model": {"provider": "anthropic", "api_key": "${ANTHROPIC_API_KEY}"}})
+
+    assert line.startswith("model: ") and "anthropic provider needs api_key" in line

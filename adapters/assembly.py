@@ -32,10 +32,10 @@ from routing.policy import RoutingPolicy
 from routing.sink import RoutedSink
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
-from runtime.config import AgentConfig, WorkspaceConfig
+from runtime.config import AgentConfig, ModelConfig, WorkspaceConfig, agent_model
 from runtime.errors import Permanent
 from runtime.executor.accounting import Accounting
-from runtime.executor.context import ExecutorContext
+from runtime.executor.context import ExecutorContext, ModelSetup
 from runtime.executor.faults import FaultPlan
 from runtime.executor.fitting import Window
 from runtime.executor.runner import Runner
@@ -245,7 +245,7 @@ class Keel:
 
     def _build_executor(self) -> None:
         cfg = self.config
-        provider = self.provider or self._provider()
+        provider = self.provider or _provider_of(cfg.model)
         daemons = self.router.policy.daemons
         # Delegate reads this mapping at each call, so the daemons' agents join it once the
         # tool names they may deny are known.
@@ -268,12 +268,9 @@ class Keel:
             workspace_for=self.checkouts.workspace_for,
             prepare_workspace=self.checkouts.prepare,
             observe_phase=self.metrics.observe_phase,
-            window=Window(
-                context_window=cfg.model.context_window,
-                reply_tokens=cfg.model.max_output_tokens,
-                fit_ratio=cfg.model.fit_ratio,
-            ),
+            window=_window_of(cfg.model),
             accounting=Accounting(cfg.model.model, cfg.model.prices),
+            agent_models=self._agent_models(agents),
             observe_model_call=self.metrics.observe_model_call,
             outage_give_up_s=cfg.model.outage_give_up_s,
             faults=self.faults,
@@ -296,20 +293,16 @@ class Keel:
             on_failure=self.metrics.count_outbox_failure,
         )
 
-    def _provider(self) -> ModelProvider:
-        model = self.config.model
-        if model.provider == "scripted":
-            if model.script is None:
-                return NoModel()
-            return build_provider("scripted", path=model.script)
-        key = model.api_key.get_secret_value() if model.api_key else None
-        return build_provider(
-            "openai",
-            base_url=model.base_url,
-            model=model.model,
-            api_key=key,
-            timeout_s=model.timeout_s,
-        )
+    def _agent_models(self, agents: Mapping[str, AgentConfig]) -> dict[str, ModelSetup]:
+        """Each agent with a model of its own: its provider, window and prices."""
+        found: dict[str, ModelSetup] = {}
+        for name, agent in agents.items():
+            if agent.model is not None:
+                model = agent_model(self.config.model, agent.model)
+                found[name] = ModelSetup(
+                    _provider_of(model), _window_of(model), Accounting(model.model, model.prices)
+                )
+        return found
 
     def _agent_tools(
         self, agents: Mapping[str, AgentConfig]
@@ -380,6 +373,32 @@ class Keel:
         self.db.close()
 
 
+def _provider_of(model: ModelConfig) -> ModelProvider:
+    if model.provider == "scripted":
+        if model.script is None:
+            return NoModel()
+        return build_provider("scripted", path=model.script)
+    key = model.api_key.get_secret_value() if model.api_key else None
+    # The Messages API requires a reply bound; chat completions get it per request.
+    bound = {"max_tokens": model.max_output_tokens} if model.provider == "anthropic" else {}
+    return build_provider(
+        model.provider,
+        base_url=model.base_url,
+        model=model.model,
+        api_key=key,
+        timeout_s=model.timeout_s,
+        **bound,
+    )
+
+
+def _window_of(model: ModelConfig) -> Window:
+    return Window(
+        context_window=model.context_window,
+        reply_tokens=model.max_output_tokens,
+        fit_ratio=model.fit_ratio,
+    )
+
+
 def _secret_values(cfg: AppConfig) -> list[str | None]:
     secrets = [
         cfg.slack.bot_token,
@@ -391,6 +410,7 @@ def _secret_values(cfg: AppConfig) -> list[str | None]:
         cfg.github.webhook_secret,
         cfg.github.app.private_key,
         cfg.model.api_key,
+        *(agent.model.api_key for agent in cfg.agents.values() if agent.model is not None),
         cfg.server.admin_token,
         *(repo.token for repo in cfg.workspace.repositories.values()),
         *(

@@ -47,6 +47,7 @@ from runtime.config import (
     SourceOf,
     WorkerConfig,
     WorkspaceConfig,
+    agent_model,
     default_agents,
     describe_agents,
     redact_url,
@@ -377,7 +378,7 @@ class AppConfig(ConfigSection):
     def _references_resolve(self) -> AppConfig:
         problems = [
             *_unknown_agents(self), *_unknown_repositories(self), *_channel_of_no_workspace(self),
-            *_unenforceable_egress(self),
+            *_unenforceable_egress(self), *_unhonourable_models(self),
         ]
         if problems:
             raise ValueError("\n".join(problems))
@@ -390,6 +391,22 @@ class AppConfig(ConfigSection):
     def path(self) -> Path | None:
         """The file this configuration was loaded from (None for built-in defaults)."""
         return self._path
+
+
+def _unhonourable_models(config: AppConfig) -> list[str]:
+    """An agent's own model that could not be called: the reason, per agent."""
+    problems = []
+    for name, agent in config.agents.items():
+        try:
+            agent_model(config.model, agent.model)
+        except ValidationError as e:
+            for detail in e.errors():
+                where = "".join(f".{part}" for part in detail["loc"])
+                reason = detail["msg"].removeprefix("Value error, ")
+                problems.append(f"agents.{name}.model{where}: {reason}")
+        except ValueError as e:
+            problems.append(f"agents.{name}.model: {e}")
+    return problems
 
 
 def _unknown_agents(config: AppConfig) -> list[str]:

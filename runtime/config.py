@@ -139,10 +139,19 @@ class ModelPrice(ConfigSection):
     cached_input_per_million: float | None = Field(default=None, ge=0)
 
 
+# Where each provider is reached when ``base_url`` is not set.
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
+
+
 class ModelConfig(ConfigSection):
     # A first real run talks to a real model; the demo and the tests choose scripted.
-    provider: Literal["openai", "scripted"] = "openai"
-    base_url: str = "https://api.openai.com/v1"
+    # openai: any OpenAI-compatible chat-completions server; anthropic: the Messages API.
+    provider: Literal["openai", "anthropic", "scripted"] = "openai"
+    # Unset or blank: the provider's own (DEFAULT_BASE_URLS).
+    base_url: str = DEFAULT_BASE_URLS["openai"]
     model: str = "gpt-4o-mini"
     api_key: Secret = None
     timeout_s: float = Field(default=60, gt=0)
@@ -160,19 +169,72 @@ class ModelConfig(ConfigSection):
     # first failed call) ends the task with a reply saying the provider was unavailable.
     outage_give_up_s: float = Field(default=1800, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _providers_base_url(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not str(data.get("base_url") or "").strip():
+            provider = data.get("provider") or "openai"
+            data = {
+                **data,
+                "base_url": DEFAULT_BASE_URLS.get(provider, DEFAULT_BASE_URLS["openai"]),
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _anthropic_has_a_key(self) -> ModelConfig:
+        if self.provider == "anthropic" and self.api_key is None:
+            raise ValueError("the anthropic provider needs api_key (e.g. ${ANTHROPIC_API_KEY})")
+        return self
+
     def describe(self, source: SourceOf) -> str:
         match self.provider:
             case "scripted":
                 script = f"script {self.script}" if self.script else "no script configured"
                 return f"model: scripted ({script})"
-            case "openai":
+            case "openai" | "anthropic":
                 key = "api key set" if self.api_key else f"{source('model.api_key')} not set"
                 vision = ", vision" if self.vision else ""
                 priced = "priced" if self.model in self.prices else "no price set"
                 return (
-                    f"model: openai {self.model} at {redact_url(self.base_url)} ({key}{vision}), "
-                    f"window {self.context_window} tokens, {priced}"
+                    f"model: {self.provider} {self.model} at {redact_url(self.base_url)} "
+                    f"({key}{vision}), window {self.context_window} tokens, {priced}"
                 )
+
+
+class AgentModel(ConfigSection):
+    """An agent's own model: each setting given overrides the top-level ``model`` section's.
+    Naming another provider starts from that provider's own base URL and no key: the default
+    model's key belongs to the default's provider."""
+
+    provider: Literal["openai", "anthropic", "scripted"] | None = None
+    base_url: OptionalText = None
+    model: OptionalText = None
+    api_key: Secret = None
+    timeout_s: float | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, ge=1_000)
+    max_output_tokens: int | None = Field(default=None, ge=16)
+    fit_ratio: float | None = Field(default=None, gt=0.1, le=1.0)
+    # Added to the top-level prices (by model name).
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+
+def agent_model(default: ModelConfig, own: AgentModel | None) -> ModelConfig:
+    """The model an agent's calls go to: its own settings over ``default``'s. Raises
+    ``ValueError`` with the reason when the result is not a model Keel can call."""
+    if own is None:
+        return default
+    merged = default.model_dump(exclude={"prices"})
+    if own.provider is not None and own.provider != default.provider:
+        merged.update(base_url=None, api_key=None)
+    merged.update(own.model_dump(exclude_none=True, exclude={"prices"}))
+    merged["prices"] = {**default.prices, **own.prices}
+    model = ModelConfig.model_validate(merged)
+    if model.provider == "scripted":
+        raise ValueError(
+            "the scripted provider plays one script for every agent; name a real provider "
+            "(openai, anthropic) for an agent's own model, or leave the model out"
+        )
+    return model
 
 
 class AgentLimits(ConfigSection):
@@ -254,6 +316,9 @@ class AgentConfig(ConfigSection):
     allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = ()
     allow_network: bool = False
     allow_protected_push: bool = False
+    # The agent's own model (provider, base_url, model, api_key, window, prices); unset: the
+    # top-level model section's.
+    model: AgentModel | None = None
 
     @model_validator(mode="after")
     def _one_network_setting(self) -> AgentConfig:
@@ -320,10 +385,17 @@ def _network_text(egress: Egress) -> str:
     return f"allowlist of {len(egress.allow)} host{'' if len(egress.allow) == 1 else 's'}"
 
 
+def _own_model_text(own: AgentModel | None) -> str:
+    if own is None:
+        return ""
+    provider = f" ({own.provider})" if own.provider else ""
+    return f", own model {own.model or 'as default'}{provider}"
+
+
 def describe_agents(agents: dict[str, AgentConfig]) -> str:
     listed = ", ".join(
         f"{name} ({len(agent.tools)} tools, max {agent.limits.max_turns} turns, "
-        f"network {_network_text(agent.egress())})"
+        f"network {_network_text(agent.egress())}{_own_model_text(agent.model)})"
         for name, agent in agents.items()
     )
     return f"agents: {listed}"

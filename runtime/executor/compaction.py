@@ -17,7 +17,7 @@ from typing import Any, Literal
 from runtime.execution import Failure, RunState
 from runtime.executor import fitting
 from runtime.executor.context import ExecutorContext, Transition
-from runtime.executor.fitting import Compaction, Fitted
+from runtime.executor.fitting import Compaction, Fitted, Window
 from runtime.models.base import (
     AssistantText,
     ModelRequest,
@@ -50,7 +50,7 @@ def chars_per_token(run: Run) -> float:
 
 def fit_request(
     run: Run,
-    ctx: ExecutorContext,
+    window: Window,
     entries: Sequence[TranscriptEntry],
     system: str,
     tools: tuple[ToolSpec, ...],
@@ -58,7 +58,7 @@ def fit_request(
     return fitting.fit(
         entries,
         fixed_chars=len(system) + tools_chars(tools),
-        window=ctx.window,
+        window=window,
         chars_per_token=chars_per_token(run),
         force_compaction=run.state.compact_pending,
     )
@@ -98,23 +98,24 @@ async def compact(
     run: Run, task: Task, ctx: ExecutorContext, plan: Compaction
 ) -> Transition[Literal["call_model"]]:
     """Ask for the summary (a separate, recorded call) and persist it with its usage."""
+    model = ctx.model_for(task.agent)
     request = ModelRequest(
         task_id=task.task_id,
         turn=run.turn,
         system=SUMMARY_SYSTEM,
         items=plan.items,
         purpose="compaction",
-        max_tokens=ctx.window.reply_tokens,
+        max_tokens=model.window.reply_tokens,
     )
     started = time.monotonic()
-    response = await ctx.provider.complete(request)
+    response = await model.provider.complete(request)
     seconds = time.monotonic() - started
     ctx.observe_model_call("compaction", response.usage, seconds)
     ctx.faults.hit("compaction:summarised")
     key = f"compact:{plan.through_seq}"
     payload = _payload(plan, response, run.turn)
     item = transcripts.NewItem(key, "user", fitting.SUMMARY_KIND, payload)
-    call = ctx.accounting.call(key, "compaction", response.usage, seconds)
+    call = model.accounting.call(key, "compaction", response.usage, seconds)
     now = ctx.clock.now()
 
     def write(session: Transaction) -> None:

@@ -143,6 +143,15 @@ async def _no_setup(task: Task, started: Progress) -> SetupReport | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class ModelSetup:
+    """The model an agent's calls go to: its provider, its window, and its prices."""
+
+    provider: ModelProvider
+    window: Window
+    accounting: Accounting
+
+
 @dataclass(slots=True)
 class ExecutorContext:
     db: Database
@@ -175,6 +184,9 @@ class ExecutorContext:
     # Tools built for one agent's settings (its network, protected push, delegation), by
     # agent name; an agent not listed uses ``tools``.
     agent_tools: Mapping[str, Mapping[str, Tool]] = field(default_factory=dict)
+    # Agents with a model of their own, by agent name; any other uses ``provider``,
+    # ``window`` and ``accounting``.
+    agent_models: Mapping[str, ModelSetup] = field(default_factory=dict)
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -196,6 +208,11 @@ class ExecutorContext:
         if task.parent_id is not None:
             return None
         return self.resident.get(task.agent)
+
+    def model_for(self, agent_name: str) -> ModelSetup:
+        """The model the agent's calls go to: its own, else the default."""
+        own = self.agent_models.get(agent_name)
+        return own if own is not None else ModelSetup(self.provider, self.window, self.accounting)
 
     def tools_for(self, agent_name: str) -> dict[str, Tool]:
         """The tools of the task's agent, built with that agent's settings."""

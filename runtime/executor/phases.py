@@ -129,7 +129,8 @@ async def call_model(
     entries = await transcript_of(run, ctx)
     system = run.state.system or ""
     specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools.values())
-    fitted = compaction.fit_request(run, ctx, entries, system, specs)
+    model = ctx.model_for(task.agent)
+    fitted = compaction.fit_request(run, model.window, entries, system, specs)
     if fitted.compaction is not None:
         try:
             return await compaction.compact(run, task, ctx, fitted.compaction)
@@ -144,11 +145,11 @@ async def call_model(
         system=system,
         items=fitted.items,
         tools=specs,
-        max_tokens=ctx.window.reply_tokens,
+        max_tokens=model.window.reply_tokens,
     )
     started = time.monotonic()
     try:
-        response = await ctx.provider.complete(request)
+        response = await model.provider.complete(request)
     except ContextLengthExceeded as e:
         return compaction.after_overflow(run, e)
     except Retryable as e:
@@ -157,7 +158,7 @@ async def call_model(
         return failed(run, Failure("call_model", str(e)))
     seconds = time.monotonic() - started
     ctx.observe_model_call("turn", response.usage, seconds)
-    usage_call = ctx.accounting.call(f"turn:{run.turn}", "turn", response.usage, seconds)
+    usage_call = model.accounting.call(f"turn:{run.turn}", "turn", response.usage, seconds)
     calls = response.tool_calls
     if calls:
         before = run.state.activation.tool_calls_before if run.state.activation else 0

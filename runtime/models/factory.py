@@ -11,18 +11,22 @@ from runtime.errors import ConfigError
 from runtime.models.base import ModelProvider
 from runtime.models.scripted import ScriptedProvider
 
-if TYPE_CHECKING:  # imported when built: httpx is ~18 MB a scripted Keel does without
+if TYPE_CHECKING:  # imported when built: the SDK is a weight a scripted Keel does without
+    from runtime.models.anthropic import AnthropicProvider
     from runtime.models.openai import OpenAIProvider
 
-ProviderKind = Literal["openai", "scripted"]
+ProviderKind = Literal["openai", "anthropic", "scripted"]
 
 
 def build_provider(kind: ProviderKind, **settings: Any) -> ModelProvider:
     """``openai``: OpenAIProvider's parameters, plus ``api_key_env`` to read the key from the
-    environment. ``scripted``: exactly one of ``path``, ``yaml`` or ``script`` (a mapping)."""
+    environment. ``anthropic``: AnthropicProvider's, ``api_key_env`` likewise. ``scripted``:
+    exactly one of ``path``, ``yaml`` or ``script`` (a mapping)."""
     match kind:
         case "openai":
             return _build_openai(settings)
+        case "anthropic":
+            return _build_anthropic(settings)
         case "scripted":
             return _build_scripted(settings)
         case _:
@@ -32,14 +36,30 @@ def build_provider(kind: ProviderKind, **settings: Any) -> ModelProvider:
 def _build_openai(settings: dict[str, Any]) -> OpenAIProvider:
     from runtime.models.openai import OpenAIProvider
 
+    _key_from_env(settings)
+    settings.setdefault("api_key", None)
+    _reject_unknown("openai", settings, OpenAIProvider.__init__)
+    return OpenAIProvider(**settings)
+
+
+def _build_anthropic(settings: dict[str, Any]) -> AnthropicProvider:
+    from runtime.models.anthropic import AnthropicProvider
+
+    _key_from_env(settings)
+    if not settings.get("api_key"):
+        raise ConfigError(
+            "model: the anthropic provider needs an api_key (e.g. ${ANTHROPIC_API_KEY})"
+        )
+    _reject_unknown("anthropic", settings, AnthropicProvider.__init__)
+    return AnthropicProvider(**settings)
+
+
+def _key_from_env(settings: dict[str, Any]) -> None:
     env_name = settings.pop("api_key_env", None)
     if env_name is not None:
         if settings.get("api_key"):
             raise ConfigError("model: set either 'api_key' or 'api_key_env', not both")
         settings["api_key"] = _secret_from_env(str(env_name))
-    settings.setdefault("api_key", None)
-    _reject_unknown("openai", settings, OpenAIProvider.__init__)
-    return OpenAIProvider(**settings)
 
 
 def _secret_from_env(env_name: str) -> str:

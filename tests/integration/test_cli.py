@@ -228,6 +228,7 @@ def test_config_check_online_exchanges_the_app_key_for_a_token_and_runs_auth_tes
             f"slack:\n  bot_token: xoxb-online\n  signing_secret: s\n  api_url: {sl.url}/api/\n"
             f"github:\n  webhook_secret: w\n  api_url: {gh.url}\n  app:\n"
             f"    app_id: {github.app_id}\n    private_key: ${{GITHUB_APP_PRIVATE_KEY}}\n"
+            "model:\n  provider: scripted\n"  # a scripted model has nothing to ask online
         )
 
         def check(key: str) -> subprocess.CompletedProcess[str]:

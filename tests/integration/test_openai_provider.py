@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -128,7 +128,14 @@ def build_app(server: CompletionsServer) -> Starlette:
             reply.body, reply.status, headers=reply.headers, media_type="application/json"
         )
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])])
+    # Anthropic's Messages API and Ollama's /api/show are answered the same way
+    # (test_anthropic_provider, test_online_models).
+    return Starlette(
+        routes=[
+            Route(path, chat_completions, methods=["POST"])
+            for path in ("/v1/chat/completions", "/v1/messages", "/api/show")
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -610,7 +617,7 @@ async def test_injected_transport_stays_open_when_provider_finishes_a_call(
     llm: CompletionsServer,
 ) -> None:
     llm.queue(completion({"content": "one"}), completion({"content": "two"}))
-    async with httpx.AsyncHTTPTransport() as transport:
+    async with httpx2.AsyncHTTPTransport() as transport:
         provider = make_provider(llm.base_url, RecordedSleep(), transport=transport)
 
         first = await provider.complete(make_request())

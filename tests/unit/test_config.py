@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.config import AppConfig, build_config, describe, load_config
+from runtime.config import agent_model
 from runtime.errors import ConfigError
 from runtime.threads import GitHubIssue, SlackChannel, SlackThread
 
@@ -213,7 +214,7 @@ def test_unknown_key_in_app_yaml_header_example_is_refused_when_its_variable_is_
         ({"server": {"port": "eighty"}}, "server.port"),
         ({"worker": {"concurrency": [1]}}, "worker.concurrency"),
         ({"reporting": {"ack": "wave"}}, "reporting.ack"),
-        ({"model": {"provider": "anthropic"}}, "model.provider"),
+        ({"model": {"provider": "bedrock"}}, "model.provider"),
         ({"github": {"min_permission": "owner"}}, "github.min_permission"),
         ({"routing": {"join_thread_replies": "perhaps"}}, "routing.join_thread_replies"),
         ({"agents": {"a": {"limits": {"fanout": 0}}}}, "agents.a.limits.fanout"),
@@ -721,3 +722,58 @@ def test_a_bare_fallback_channel_is_refused_when_slack_has_many_workspaces() -> 
     named = {"fallback": {"surface": "slack", "thread_ref": "slack:T0123ABCD/C0FALLBACK"}}
     assert build_config({"slack": slack, "reporting": named}, {}).reporting.fallback
     assert build_config({"reporting": bare}, {}).reporting.fallback  # one bot token: its own
+
+
+def test_agents_own_model_overrides_the_default_and_switching_provider_drops_its_key() -> None:
+    tree = {
+        "model": {"api_key": "sk-openai", "prices": {"gpt-4o-mini": {"input_per_million": 1}}},
+        "agents": {
+            "default": {},
+            "cheap": {"model": {"model": "gpt-4.1-nano", "context_window": 32000}},
+            "claude": {
+                "model": {
+                    "provider": "anthropic",
+                    "model": "claude-keel-test",
+                    "api_key": "sk-ant",
+                    "prices": {"claude-keel-test": {"output_per_million": 15}},
+                }
+            },
+        },
+    }
+    config = build_config(tree, {})
+
+    cheap = agent_model(config.model, config.agents["cheap"].model)
+    claude = agent_model(config.model, config.agents["claude"].model)
+    assert (cheap.provider, cheap.model, cheap.base_url) == (
+        "openai", "gpt-4.1-nano", "https://api.openai.com/v1"
+    )
+    assert cheap.context_window == 32000 and cheap.api_key == config.model.api_key
+    assert (claude.base_url, claude.api_key and claude.api_key.get_secret_value()) == (
+        "https://api.anthropic.com", "sk-ant"
+    )
+    assert set(claude.prices) == {"gpt-4o-mini", "claude-keel-test"}
+    assert agent_model(config.model, config.agents["default"].model) is config.model
+
+
+@pytest.mark.parametrize(
+    ("own", "problem"),
+    [
+        ({"provider": "anthropic", "model": "claude-keel-test"}, "needs api_key"),
+        ({"provider": "scripted"}, "plays one script for every agent"),
+        ({"context_window": 10}, "context_window: Input should be greater than or equal"),
+        ({"vision": True}, "vision: unknown key"),
+    ],
+)
+def test_config_check_refuses_an_agents_model_it_cannot_honour(
+    own: dict[str, Any], problem: str
+) -> None:
+    (line,) = problems_of({"agents": {"reviewer": {"model": own}}})
+
+    assert line.startswith("agents.reviewer.model")
+    assert problem in line
+
+
+def test_config_check_refuses_an_anthropic_model_without_a_key_when_its_variable_is_unset() -> None:
+    (line,) = problems_of({"model": {"provider": "anthropic", "api_key": "${ANTHROPIC_API_KEY}"}})
+
+    assert line.startswith("model: ") and "anthropic provider needs api_key" in line

@@ -73,7 +73,12 @@ def _warn_if_deaf(config: AppConfig) -> None:
 def config_check(
     path: Annotated[Path | None, typer.Argument()] = None,
     online: Annotated[
-        bool, typer.Option("--online", help="Also ask GitHub and Slack if the credentials work.")
+        bool,
+        typer.Option(
+            "--online",
+            help="Also ask GitHub and Slack if the credentials work, and each model if it "
+            "answers a tool call.",
+        ),
     ] = False,
 ) -> None:
     """Validate app.yaml and say what is enabled (secrets are never printed).

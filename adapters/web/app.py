@@ -112,7 +112,9 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
         public_url=config.server.public_url,
     )
     app.include_router(build_api(keel.db, keel.scheduler, auth=auth.api, desk=desk))
-    app.include_router(build_ui(keel.db, auth=auth.ui, public_url=config.server.public_url))
+    app.include_router(
+        build_ui(keel.db, auth=auth.ui, public_url=config.server.public_url, desk=desk)
+    )
     metrics_auth = None if config.server.metrics_public else auth.api
     app.include_router(build_metrics(keel.db, keel.metrics, auth=metrics_auth))
     _mount_docs(app, auth)

@@ -165,6 +165,9 @@ async def _run(config: AppConfig, text: str, repo: Repository, agent: str, echo:
         final = await _follow(keel, task.task_id, interrupted, echo)
     finally:
         await keel.stop()
+    checkout = config.workspace.root.absolute() / final.task_id
+    if checkout.is_dir():
+        echo(f"the task's checkout (what it changed and committed): {checkout}")
     return _ending(final, interrupted.is_set(), echo)
 
 

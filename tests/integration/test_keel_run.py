@@ -81,7 +81,9 @@ def _assert_fixed(done: subprocess.CompletedProcess[str], root: Path) -> None:
     assert f"`{PYTEST}` exit 1, 1 failed" in reply and f"`{PYTEST}` exit 0, 1 passed" in reply
     assert "Commit " in reply and out.rstrip().endswith("succeeded")
     assert out.count("Fixed: add() subtracted") == 1  # the reply printed once
-    assert "return a - b" in (root / "shop" / "calc.py").read_text()  # the checkout changed
+    assert "return a - b" in (root / "shop" / "calc.py").read_text()  # the original is as it was
+    checkout = out.split("the task's checkout (what it changed and committed): ")[1].split()[0]
+    assert (Path(checkout) / "calc.py").read_text() == FIXED
 
 
 def test_run_fixes_failing_test_with_scripted_model_and_prints_reply_with_evidence(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -240,15 +241,28 @@ def build_ui(
     return router
 
 
+async def same_origin(request: Request) -> None:
+    """A browser names the page a POST comes from (``Origin``); one from another site's page
+    is refused before it acts, token or no token (a loopback Keel without one is open)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return  # not a browser's cross-site request: curl, the API's clients
+    host = request.headers.get("host", "")
+    if origin in ("null", "") or urlsplit(origin).netloc != host:
+        raise HTTPException(403, f"cross-site request from {origin!r} refused")
+
+
 def _mount_actions(router: APIRouter, desk: TaskDesk) -> None:
-    @router.post("/tasks", status_code=201)
+    actions = [Depends(same_origin)]
+
+    @router.post("/tasks", status_code=201, dependencies=actions)
     async def new_task(body: NewTaskIn, response: Response, key: IdempotencyKey) -> CreatedOut:
         found = await desk.create(body, key, "ui")
         if not found.created:
             response.status_code = 200
         return desk.created_out(found)
 
-    @router.post("/tasks/{task_id}/messages", status_code=201)
+    @router.post("/tasks/{task_id}/messages", status_code=201, dependencies=actions)
     async def follow_up(
         task_id: str, body: MessageIn, response: Response, key: IdempotencyKey
     ) -> MessageOut:
@@ -257,7 +271,7 @@ def _mount_actions(router: APIRouter, desk: TaskDesk) -> None:
             response.status_code = 200
         return out
 
-    @router.post("/tasks/{task_id}/stop", status_code=202)
+    @router.post("/tasks/{task_id}/stop", status_code=202, dependencies=actions)
     async def stop(task_id: str) -> CancelOut:
         task = await desk.stop(task_id, "ui")
         return CancelOut(

@@ -14,6 +14,7 @@ from adapters.config import ServerConfig
 from adapters.emulators.server import serve
 from adapters.web.api import TaskDesk, build_api
 from adapters.web.auth import AdminAuth
+from adapters.web.ui import build_ui
 from runtime.store import mailbox, views
 from runtime.store.records import Task, TaskResult, TaskStatus
 from tests.harness import Stack, build_stack
@@ -30,8 +31,10 @@ def desk_app(stack: Stack, server: ServerConfig) -> tuple[FastAPI, TaskDesk]:
         default_agent="default",
         repo_known=lambda repo: repo == REPO,
     )
+    auth = AdminAuth(server)
     app = FastAPI()
-    app.include_router(build_api(stack.db, stack.scheduler, auth=AdminAuth(server).api, desk=desk))
+    app.include_router(build_api(stack.db, stack.scheduler, auth=auth.api, desk=desk))
+    app.include_router(build_ui(stack.db, auth=auth.ui, desk=desk))
     return app, desk
 
 
@@ -134,3 +137,19 @@ async def test_follow_up_lands_in_mailbox_once_per_key(
     late = await client.post(url, json={"text": "more"}, headers={"Idempotency-Key": "m3"})
     assert late.status_code == 409 and "already canceled" in late.json()["detail"]
     assert len(await stack.db.read(lambda s: mailbox.messages_after(s, task_id, 0))) == 1
+
+
+async def test_ui_actions_refuse_another_sites_page_and_change_nothing(
+    stack: Stack, client: httpx.AsyncClient
+) -> None:
+    made = await client.post("/api/tasks", json={"text": "go"}, headers={"Idempotency-Key": "o"})
+    task_id = made.json()["task_id"]
+    evil = {"Origin": "http://evil.example", "Idempotency-Key": "e"}
+    stop = await client.post(f"/ui/tasks/{task_id}/stop", headers=evil)
+    create = await client.post("/ui/tasks", json={"text": "x"}, headers=evil)
+    assert (stop.status_code, create.status_code) == (403, 403)
+    assert "cross-site request" in stop.json()["detail"]
+    [task] = await _all_tasks(stack)
+    assert task.cancel_requested_at is None
+    own = {"Origin": str(client.base_url).rstrip("/")}
+    assert (await client.post(f"/ui/tasks/{task_id}/stop", headers=own)).status_code == 202

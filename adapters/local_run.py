@@ -19,6 +19,7 @@ import getpass
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -117,18 +118,18 @@ def run_command(
     database_url: str | None,
     echo: Echo,
 ) -> int:
-    """What ``keel run`` does; the answer is its exit code."""
+    """What ``keel run`` does; the answer is its exit code. Refusals go to stderr."""
     try:
         repo = repository(source)
     except RunRefused as e:
-        echo(f"error: {e}")
+        _complain(f"error: {e}")
         return USAGE
     chosen = agent or "default"
     if chosen not in config.agents:
-        echo(f"error: unknown agent {chosen!r} (agents: {', '.join(config.agents)})")
+        _complain(f"error: unknown agent {chosen!r} (agents: {', '.join(config.agents)})")
         return USAGE
     if repo.note:
-        echo(repo.note)
+        _complain(repo.note)
     with tempfile.TemporaryDirectory(prefix="keel-run-") as folder:
         # Keel reads KEEL_DATABASE_URL over database.url: the run's own database wins.
         os.environ["KEEL_DATABASE_URL"] = database_url or f"sqlite:///{folder}/keel.db"
@@ -214,6 +215,10 @@ def _ending(task: Task, interrupted: bool, echo: Echo) -> int:
         return SUCCEEDED
     echo(f"task {task.task_id} {task.status.value}: {summary}")
     return FAILED
+
+
+def _complain(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _user() -> str:

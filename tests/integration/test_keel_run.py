@@ -149,3 +149,14 @@ def test_ctrl_c_stops_the_task_and_says_so(tmp_path: Path) -> None:
     assert "was canceled with Ctrl-C" in out.splitlines()[-1]
     assert "keel: " in out and "unreachable" not in out
     assert time.monotonic() - started < 30  # not the command's 60 s
+
+
+def test_bad_request_exits_2_with_the_reason_and_runs_nothing(tmp_path: Path) -> None:
+    _repo(tmp_path)
+    config = _config(tmp_path, _script(tmp_path, FIX_TURNS))
+    ghost = _run(tmp_path, config, "--agent", "ghost")
+    assert ghost.returncode == 2 and "unknown agent 'ghost'" in ghost.stderr
+    (tmp_path / "shop").rename(tmp_path / "gone")
+    missing = _run(tmp_path, config)
+    assert missing.returncode == 2 and "no such folder" in missing.stderr
+    assert not (tmp_path / "workspaces").exists()

@@ -207,7 +207,11 @@ def run_task(
     agent: Annotated[str | None, typer.Option(help="A configured agent.")] = None,
     config_path: ConfigPath = None,
     database_url: Annotated[
-        str | None, typer.Option(help="Keep the task here (default: a temporary SQLite).")
+        str | None,
+        typer.Option(
+            help="Keep the task here (default: a temporary SQLite); never a server's "
+            "database, whose workers would claim the task."
+        ),
     ] = None,
 ) -> None:
     """Run one task against a repository with the configured model, the terminal as its thread.

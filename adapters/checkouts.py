@@ -72,6 +72,13 @@ class Checkouts:
         self._paths: dict[str, Path] = {}
         self._repos: dict[str, str | None] = {}
 
+    def knows(self, repo: str) -> bool:
+        """Whether a task may name ``repo``: a configured repository, or a GitHub repository
+        the allow-list admits while GitHub is connected."""
+        if repo in self.repositories:
+            return True
+        return self.host is not None and is_github_name(repo) and allowed(repo, self.allow)
+
     async def workspace_for(self, task: Task) -> Path | None:
         if task.root_id in self._paths:
             return self._paths[task.root_id]

@@ -232,6 +232,33 @@ def demo(
     typer.echo("✓ the reply landed in the thread with its evidence")
 
 
+@app.command("run")
+def run_task(
+    text: Annotated[str, typer.Argument(help="What to do, as you would ask in a thread.")],
+    repo: Annotated[
+        str, typer.Option("--repo", help="A local git repository (its committed state) or a URL.")
+    ],
+    agent: Annotated[str | None, typer.Option(help="A configured agent.")] = None,
+    config_path: ConfigPath = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep the task here (default: a temporary SQLite); never a server's "
+            "database, whose workers would claim the task."
+        ),
+    ] = None,
+) -> None:
+    """Run one task against a repository with the configured model, the terminal as its thread.
+
+    Progress and the reply with its evidence are printed as they happen; Ctrl-C stops the
+    task. Exit codes: 0 succeeded, 1 ended otherwise, 2 bad request, 3 stopped with Ctrl-C.
+    """
+    from adapters.local_run import run_command
+
+    config = _load(config_path)
+    raise typer.Exit(run_command(config, text, repo, agent, database_url, typer.echo))
+
+
 @cli_tasks.tasks_app.command("ls")
 def tasks_ls(
     config_path: ConfigPath = None,

@@ -20,7 +20,7 @@ from adapters.config import AppConfig
 from adapters.github.webhook import GitHubWebhook
 from adapters.sandbox_check import sandbox_status
 from adapters.slack.app import SlackEvents
-from adapters.web.api import build_api
+from adapters.web.api import TaskDesk, build_api
 from adapters.web.auth import TOKEN_QUERY, AdminAuth
 from adapters.web.ingress import create_ingress_router, install_ingress
 from adapters.web.metrics import build_metrics
@@ -105,8 +105,17 @@ def create_app(config: AppConfig, *, keel: Keel | None = None, workers: bool = T
     )
     _mount_health(app, keel)
     auth = AdminAuth(config.server)
-    app.include_router(build_api(keel.db, keel.scheduler, auth=auth.api))
-    app.include_router(build_ui(keel.db, auth=auth.ui, public_url=config.server.public_url))
+    desk = TaskDesk(
+        keel.scheduler,
+        agents=config.agents,
+        default_agent=keel.router.policy.default_agent,
+        repo_known=keel.checkouts.knows,
+        public_url=config.server.public_url,
+    )
+    app.include_router(build_api(keel.db, keel.scheduler, auth=auth.api, desk=desk))
+    app.include_router(
+        build_ui(keel.db, auth=auth.ui, public_url=config.server.public_url, desk=desk)
+    )
     metrics_auth = None if config.server.metrics_public else auth.api
     app.include_router(build_metrics(keel.db, keel.metrics, auth=metrics_auth))
     _mount_docs(app, auth)

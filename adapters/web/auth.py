@@ -99,3 +99,15 @@ def cookie_is_secure(request: Request, public_url: str | None) -> bool:
 def _bearer(request: Request) -> str | None:
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     return credentials.strip() or None if scheme.lower() == "bearer" else None
+
+
+async def same_origin(request: Request) -> None:
+    """A browser names the page a POST comes from (``Origin``); one from another site's page
+    is refused before it acts, token or no token (a loopback Keel without one is open). Every
+    POST of the API and the UI depends on it."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return  # not a browser's cross-site request: curl, the API's clients
+    host = request.headers.get("host", "")
+    if origin in ("null", "") or urlsplit(origin).netloc != host:
+        raise HTTPException(403, f"cross-site request from {origin!r} refused")

@@ -2,7 +2,12 @@
 
 Jinja2 with autoescape on renders everything; a tiny script refreshes a page in place while
 its task can still change. A token presented once as ``?token=`` is kept in a cookie so the
-links and the refresh work without repeating it.
+links, the refresh and the actions work without repeating it.
+
+The actions (a New task form, a Stop button, a follow-up box) post JSON to ``/ui/...``, where
+the cookie reaches (``SameSite=Strict``: another site's page cannot make a browser send it),
+and ask the same ``TaskDesk`` as the API, under an ``Idempotency-Key`` the page makes per
+submission so a repeated click makes nothing twice.
 """
 
 from __future__ import annotations
@@ -14,12 +19,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 
 from adapters.spend import spend_text, with_spend
-from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure
+from adapters.web.api import (
+    CancelOut,
+    CreatedOut,
+    IdempotencyKey,
+    MessageIn,
+    MessageOut,
+    NewTaskIn,
+    TaskDesk,
+)
+from adapters.web.auth import TOKEN_COOKIE, TOKEN_QUERY, cookie_is_secure, same_origin
 from runtime.daemon_role import DaemonRole
 from runtime.evidence import EvidenceItem, EvidenceKind, Strength
 from runtime.reporting import describe_evidence
@@ -30,7 +44,11 @@ from runtime.store.records import Task, TaskStatus
 Auth = Callable[[Request], Awaitable[None]]
 
 _HERE = Path(__file__).resolve().parent
-_STATIC = {"keel.css": "text/css", "refresh.js": "text/javascript"}
+_STATIC = {
+    "keel.css": "text/css",
+    "refresh.js": "text/javascript",
+    "actions.js": "text/javascript",
+}
 REFRESH_SECONDS = 3
 _SUMMARY_CHARS = 160
 
@@ -154,8 +172,15 @@ def make_environment() -> Environment:
     return env
 
 
-def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIRouter:
+def build_ui(
+    db: Database, *, auth: Auth, public_url: str | None = None, desk: TaskDesk | None = None
+) -> APIRouter:
+    """The pages; with a ``desk``, also the New task form, the Stop button and the
+    follow-up box (without one the pages only read)."""
     env = make_environment()
+    env.globals["actions"] = desk is not None
+    env.globals["agents"] = sorted(desk.agents) if desk is not None else []
+    env.globals["default_agent"] = desk.default_agent if desk is not None else ""
     router = APIRouter(prefix="/ui", dependencies=[Depends(auth)], include_in_schema=False)
 
     def page(request: Request, template: str, **context: Any) -> HTMLResponse:
@@ -203,6 +228,9 @@ def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIR
             refresh=REFRESH_SECONDS if live else None,
         )
 
+    if desk is not None:
+        _mount_actions(router, desk)
+
     @router.get("/static/{name}")
     async def static(name: str) -> FileResponse:
         if name not in _STATIC:
@@ -210,6 +238,33 @@ def build_ui(db: Database, *, auth: Auth, public_url: str | None = None) -> APIR
         return FileResponse(_HERE / "static" / name, media_type=_STATIC[name])
 
     return router
+
+
+def _mount_actions(router: APIRouter, desk: TaskDesk) -> None:
+    actions = [Depends(same_origin)]
+
+    @router.post("/tasks", status_code=201, dependencies=actions)
+    async def new_task(body: NewTaskIn, response: Response, key: IdempotencyKey) -> CreatedOut:
+        found = await desk.create(body, key, "ui")
+        if not found.created:
+            response.status_code = 200
+        return desk.created_out(found)
+
+    @router.post("/tasks/{task_id}/messages", status_code=201, dependencies=actions)
+    async def follow_up(
+        task_id: str, body: MessageIn, response: Response, key: IdempotencyKey
+    ) -> MessageOut:
+        out = await desk.follow_up(task_id, body.text, key, "ui")
+        if not out.created:
+            response.status_code = 200
+        return out
+
+    @router.post("/tasks/{task_id}/stop", status_code=202, dependencies=actions)
+    async def stop(task_id: str) -> CancelOut:
+        task = await desk.stop(task_id, "ui")
+        return CancelOut(
+            task_id=task.task_id, status=task.status, cancel_requested_at=task.cancel_requested_at
+        )
 
 
 def _remember_token(

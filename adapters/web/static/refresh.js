@@ -25,6 +25,8 @@
   function live(on) {
     const badge = document.querySelector(".live");
     if (badge) { badge.hidden = !on; }
+    // The Stop button and follow-up box go once the task can no longer change.
+    if (!on) { document.querySelectorAll(".while-live").forEach(function (e) { e.hidden = true; }); }
   }
   document.addEventListener("DOMContentLoaded", function () {
     const seconds = Number(document.body.dataset.refresh);

@@ -1,0 +1,68 @@
+"""The terminal as a Surface: ``keel run`` prints a task's posts, edits and reactions.
+
+Posts are Markdown (Keel's reply model) and a terminal shows Markdown as it is, so bodies are
+printed unchanged. Each post prints once per key: a retried or reconciled post finds the one
+printed before. An edit prints only when the text changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import count
+
+from runtime.surfaces import Action
+from runtime.threads import SlackThread, ThreadRef
+
+Echo = Callable[[str], None]
+
+# keel run's conversation: a thread only the terminal shows. Its form is a Slack thread's (the
+# reference types are Slack's and GitHub's), under a team and channel no workspace has; the
+# run's Keel has Slack off, and its outbox sends this surface everything named "slack".
+TERMINAL_TEAM = "keel-run"
+TERMINAL_CHANNEL = "terminal"
+
+
+def terminal_thread(started_at: float) -> SlackThread:
+    return SlackThread(TERMINAL_TEAM, TERMINAL_CHANNEL, f"{started_at:.6f}")
+
+
+class TerminalSurface:
+    name = "slack"  # the outbox picks a surface by the thread's kind: see terminal_thread
+
+    def __init__(self, echo: Echo) -> None:
+        self.echo = echo
+        self._posted: dict[str, ThreadRef] = {}
+        self._texts: dict[str, str] = {}
+        self._ts = count(1)
+
+    async def post(
+        self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
+    ) -> ThreadRef:
+        found = self._posted.get(key)
+        if found is not None:
+            return found
+        assert isinstance(thread, SlackThread), f"not a terminal thread: {thread}"
+        message = thread.message(f"{thread.thread_ts.split('.')[0]}.{next(self._ts):06d}")
+        self._posted[key] = message
+        self._texts[str(message)] = text
+        self.echo(_block("keel", text))
+        return message
+
+    async def find_post(self, thread: ThreadRef, *, key: str) -> ThreadRef | None:
+        return self._posted.get(key)
+
+    async def update(
+        self, posted: ThreadRef, text: str, *, actions: Sequence[Action] = ()
+    ) -> None:
+        if self._texts.get(str(posted)) == text:
+            return
+        self._texts[str(posted)] = text
+        self.echo(_block("keel (edited)", text))
+
+    async def react(self, target: ThreadRef, emoji: str) -> None:
+        self.echo(f"keel reacted :{emoji}:")
+
+
+def _block(who: str, text: str) -> str:
+    lines = text.splitlines() or [""]
+    return "\n".join([f"{who}: {lines[0]}", *(f"  {line}" for line in lines[1:])])

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from adapters.assembly import Keel
 from adapters.config import AppConfig
@@ -136,6 +136,14 @@ def _mount_docs(app: FastAPI, auth: AdminAuth) -> None:
 
 
 def _mount_health(app: FastAPI, keel: Keel) -> None:
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request) -> RedirectResponse:
+        """Where a person opening the server's address wants to be: the task list (which
+        asks for the token itself), with a token the address carried kept along."""
+        token = request.query_params.get(TOKEN_QUERY)
+        query = f"?{urlencode({TOKEN_QUERY: token})}" if token else ""
+        return RedirectResponse(f"/ui/tasks{query}", status_code=307)
+
     @app.get("/healthz")
     async def healthz() -> dict[str, bool]:
         """The process is up."""

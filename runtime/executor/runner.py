@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Literal
 
 from runtime.errors import StaleWrite
-from runtime.execution import Failure, Phase
+from runtime.execution import FIRST_PHASE, Failure, Phase
 from runtime.executor import phases
 from runtime.executor.context import ExecutorContext, Transition
 from runtime.executor.phase_table import LAST_RESORT, TABLE, may_follow
@@ -84,7 +84,23 @@ class Runner:
         self.ctx.faults.hit(f"commit:{run.phase}")
         if fresh is not None:
             self._held[lease.lease_id] = fresh
+        if log.isEnabledFor(logging.INFO):
+            await self._log_lifecycle(run, held.task, transition)
         return TickResult(status, transition.phase)
+
+    async def _log_lifecycle(self, run: Run, task: Task, transition: Transition[Phase]) -> None:
+        """An operator's trail of a task, after each commit that moves it: started, waiting
+        (for what the phase awaits), ended with its status and summary."""
+        extra = {"task_id": task.task_id, "phase": transition.phase}
+        if run.phase == FIRST_PHASE and run.turn == 0:
+            log.info("task %s: started (agent %s)", task.task_id, task.agent, extra=extra)
+        if transition.phase == "done":
+            final = await self.ctx.db.read(lambda s: q.get_task(s, task.task_id))
+            status = final.status.value if final is not None else "gone"
+            summary = str((final.result or {}).get("summary", "")) if final is not None else ""
+            log.info("task %s: %s: %s", task.task_id, status, summary[:200], extra=extra)
+        elif transition.after == "wait":
+            log.info("task %s: waiting in %s", task.task_id, transition.phase, extra=extra)
 
     async def _run_phase(self, run: Run, task: Task) -> Transition[Phase]:
         try:

@@ -46,6 +46,17 @@ def test_readyz_fails_when_database_becomes_unreachable(db_url: str, tmp_path: P
         assert httpx.get(server.url + "/healthz").status_code == 200  # the process is still up
 
 
+def test_the_servers_address_leads_to_the_task_list(db_url: str) -> None:
+    config = build_config({"database": {"url": db_url}}, env={})
+    with serve(create_app(config, workers=False), lifespan="on") as server:
+        bare = httpx.get(server.url + "/")
+        carried = httpx.get(server.url + "/?token=abc")
+        page = httpx.get(server.url + "/", follow_redirects=True)
+    assert (bare.status_code, bare.headers["location"]) == (307, "/ui/tasks")
+    assert carried.headers["location"] == "/ui/tasks?token=abc"
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+
+
 def test_building_keel_leaves_the_schema_alone_and_serve_start_up_migrates(
     tmp_path: Path,
 ) -> None:

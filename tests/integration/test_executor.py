@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -175,6 +176,21 @@ async def test_malformed_arguments_come_back_to_model_as_tool_error_when_model_s
     assert not (tmp_path / "effects.log").exists()  # nothing ran for the refused call
     lookups = (tmp_path / "lookups.log").read_text().splitlines()
     assert lookups == ["start call_1_0"]
+
+
+async def test_a_tasks_lifecycle_is_logged_when_it_starts_and_ends(
+    db_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = {"scripts": [{"turns": [{"say": "all done here"}]}]}
+    stack = build_stack(db_url, tmp_path, script)
+    task = (await stack.scheduler.transact(stack.scheduler.schedule, make_spec())).task
+    with caplog.at_level(logging.INFO, logger="runtime.executor.runner"):
+        await stack.run_until_terminal(task.task_id)
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "task_id", None) == task.task_id]
+    assert lines == [
+        f"task {task.task_id}: started (agent default)",
+        f"task {task.task_id}: succeeded: all done here",
+    ]
 
 
 async def test_unexpected_phase_exception_fails_task_with_error_recorded(

@@ -1,5 +1,6 @@
 """The sources of a task brief, composed: a Slack thread (with the GitHub issues and pull
-requests it links to), or a GitHub issue or pull request. Implements the runtime's
+requests it links to), or a GitHub issue or pull request; nothing for a local thread (the
+terminal), which no provider has. Implements the runtime's
 ``BriefSource`` port; the composition root builds it from config.
 """
 
@@ -18,7 +19,7 @@ from adapters.slack.context import SlackReaders
 from runtime.brief.model import Gathered, Origin, Sender
 from runtime.brief.port import Briefing
 from runtime.store.records import SenderPart
-from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, parse_thread
+from runtime.threads import GitHubCommit, GitHubIssue, LocalThread, SlackThread, parse_thread
 
 if TYPE_CHECKING:
     from adapters.slack.connection import SlackConnection
@@ -70,8 +71,8 @@ class ThreadContext:
             case GitHubCommit(repo=repo, sha=sha):
                 # A CI result: the event text says what there is to say.
                 return Gathered(facts=(("Came from", f"GitHub, checks on {repo}@{sha[:12]}"),))
-            case None:
-                return Gathered()
+            case None | LocalThread():
+                return Gathered()  # nothing to fetch: the stored task says what there is
             case _:
                 assert_never(origin.thread)
 

@@ -146,7 +146,7 @@ async def _run(config: AppConfig, text: str, repo: Repository, agent: str, echo:
 
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
     keel = Keel(config)
-    keel.surfaces["slack"] = TerminalSurface(echo)
+    keel.surfaces["local"] = TerminalSurface(echo)
     await asyncio.to_thread(keel.migrate)
     await keel.connect()
     await keel.start(workers=True)

@@ -11,29 +11,25 @@ from collections.abc import Callable, Sequence
 from itertools import count
 
 from runtime.surfaces import Action
-from runtime.threads import SlackThread, ThreadRef
+from runtime.threads import LocalThread, ThreadRef
 
 Echo = Callable[[str], None]
 
-# keel run's conversation: a thread only the terminal shows. Its form is a Slack thread's (the
-# reference types are Slack's and GitHub's), under a team and channel no workspace has; the
-# run's Keel has Slack off, and its outbox sends this surface everything named "slack".
-TERMINAL_TEAM = "keel-run"
-TERMINAL_CHANNEL = "terminal"
 
-
-def terminal_thread(started_at: float) -> SlackThread:
-    return SlackThread(TERMINAL_TEAM, TERMINAL_CHANNEL, f"{started_at:.6f}")
+def terminal_thread(started_at: float) -> LocalThread:
+    """keel run's conversation: a local thread, one session per run, that only the terminal
+    shows. The outbox delivers it through the surface named "local": this one."""
+    return LocalThread(f"{started_at:.6f}")
 
 
 class TerminalSurface:
-    name = "slack"  # the outbox picks a surface by the thread's kind: see terminal_thread
+    name = "local"
 
     def __init__(self, echo: Echo) -> None:
         self.echo = echo
         self._posted: dict[str, ThreadRef] = {}
         self._texts: dict[str, str] = {}
-        self._ts = count(1)
+        self._numbers = count(1)
 
     async def post(
         self, thread: ThreadRef, text: str, *, key: str, actions: Sequence[Action] = ()
@@ -41,8 +37,8 @@ class TerminalSurface:
         found = self._posted.get(key)
         if found is not None:
             return found
-        assert isinstance(thread, SlackThread), f"not a terminal thread: {thread}"
-        message = thread.message(f"{thread.thread_ts.split('.')[0]}.{next(self._ts):06d}")
+        assert isinstance(thread, LocalThread), f"not a terminal thread: {thread}"
+        message = LocalThread(thread.session, str(next(self._numbers)))
         self._posted[key] = message
         self._texts[str(message)] = text
         self.echo(_block("keel", text))

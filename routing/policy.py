@@ -16,7 +16,7 @@ from typing import Literal, assert_never, get_args
 from routing.config import STOP_WORDS, DaemonsConfig, RoutingConfig
 from routing.daemons import DaemonDefinition, daemon_from_config
 from routing.signal import Actor, Signal
-from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef
+from runtime.threads import GitHubCommit, GitHubIssue, LocalThread, SlackThread, ThreadRef
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
 PERMISSIONS: tuple[Permission, ...] = get_args(Permission)
@@ -139,9 +139,10 @@ class RoutingPolicy:
         return stripped[len(prefix) :].strip()
 
     def repo_for(self, thread: ThreadRef | None) -> str | None:
-        """The repository a request is about, from its thread: channel map or GitHub repo."""
+        """The repository a request is about, from its thread: channel map or GitHub repo.
+        A local thread (the terminal) names none, and no provider's Signal comes from one."""
         match thread:
-            case None:
+            case None | LocalThread():
                 return self.default_repo
             case SlackThread(channel=channel):
                 return self.channel_repos.get(channel, self.default_repo)

@@ -1,7 +1,9 @@
-"""The Surface port: where replies go. Implemented by the Slack and GitHub adapters.
+"""The Surface port: where replies go. Implemented by the Slack and GitHub adapters, and by
+the terminal for ``keel run``'s local thread.
 
 A thread is named by a ``ThreadRef``; a post is named by the reference to the message
-itself (a Slack thread with its ``message_ts``, a GitHub issue with its ``comment_id``).
+itself (a Slack thread with its ``message_ts``, a GitHub issue with its ``comment_id``, a
+local thread with its ``message``).
 Bodies are Markdown (Keel's reply model, ``runtime/reply.py``); each surface renders them for
 its own medium at the wire, so model text cannot smuggle in that medium's control sequences
 (pings, links) whatever path it took to the thread.

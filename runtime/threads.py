@@ -4,7 +4,10 @@ Stored and logged as text (``str(ref)``), parsed back only here:
 
 - ``slack:{team}/{channel}/{thread_ts}``, with ``:{ts}`` for one message in the thread;
 - ``github:{owner}/{repo}#{number}``, with ``:{comment_id}`` for one comment;
-- ``github:{owner}/{repo}@{sha}`` for a commit (CI results).
+- ``github:{owner}/{repo}@{sha}`` for a commit (CI results);
+- ``local:{session}``, with ``:{message}`` for one message, for a conversation only this
+  machine shows: ``keel run``'s terminal. No provider has it, so nothing is fetched for it
+  and no Signal comes from it.
 
 Where a post landed (``Landed``) is one of these naming the message itself, prefixed
 ``fallback:`` when the origin refused it and it went to the configured fallback.
@@ -21,7 +24,7 @@ from typing import Literal
 
 from runtime.errors import Permanent
 
-SurfaceName = Literal["slack", "github"]
+SurfaceName = Literal["slack", "github", "local"]
 
 # One pattern per component, shared by the constructors and the parser, so every value that
 # can be built can be written down and read back unchanged.
@@ -32,9 +35,11 @@ _NUMBER = r"[1-9]\d*"
 _SHA = r"[0-9a-fA-F]{4,64}"
 # A channel id (C…, or G… for an older private channel) or a channel's #name.
 _CHANNEL = r"[CG][A-Z0-9]{2,}|#[a-z0-9][a-z0-9_-]{0,79}"
+_LOCAL_ID = r"[\w.-]+"
 # Each component's own check, compiled once: every webhook and every outbox row builds refs.
 _PARTS = {
-    part: re.compile(part) for part in (_SLACK_ID, _SLACK_TS, _REPO, _NUMBER, _SHA, _CHANNEL)
+    part: re.compile(part)
+    for part in (_SLACK_ID, _SLACK_TS, _REPO, _NUMBER, _SHA, _CHANNEL, _LOCAL_ID)
 }
 
 _SLACK = re.compile(
@@ -43,6 +48,7 @@ _SLACK = re.compile(
 )
 _ISSUE = re.compile(rf"github:(?P<repo>{_REPO})#(?P<number>{_NUMBER})(?::(?P<comment>{_NUMBER}))?")
 _COMMIT = re.compile(rf"github:(?P<repo>{_REPO})@(?P<sha>{_SHA})")
+_LOCAL = re.compile(rf"local:(?P<session>{_LOCAL_ID})(?::(?P<message>{_LOCAL_ID}))?")
 _FALLBACK = "fallback:"
 
 
@@ -149,7 +155,38 @@ class GitHubCommit:
         return f"github:{self.repo}@{self.sha}"
 
 
-ThreadRef = SlackThread | GitHubIssue | GitHubCommit
+@dataclass(frozen=True, slots=True)
+class LocalThread:
+    """A conversation only this machine shows (``keel run``'s terminal), by its session;
+    ``message`` names one message in it."""
+
+    session: str
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        _check("local session", self.session, _LOCAL_ID)
+        if self.message is not None:
+            _check("local message", self.message, _LOCAL_ID)
+
+    @property
+    def surface(self) -> SurfaceName:
+        return "local"
+
+    @property
+    def repo(self) -> None:
+        """A local conversation names no repository: the task says which it is about."""
+        return None
+
+    @property
+    def root(self) -> LocalThread:
+        return self if self.message is None else LocalThread(self.session)
+
+    def __str__(self) -> str:
+        suffix = f":{self.message}" if self.message is not None else ""
+        return f"local:{self.session}{suffix}"
+
+
+ThreadRef = SlackThread | GitHubIssue | GitHubCommit | LocalThread
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +219,8 @@ class SlackChannel:
 Fallback = ThreadRef | SlackChannel
 
 _FORMS = (
-    "slack:<team>/<channel>/<thread ts>[:<ts>], github:<owner>/<repo>#<number>[:<comment id>] "
-    "or github:<owner>/<repo>@<sha>"
+    "slack:<team>/<channel>/<thread ts>[:<ts>], github:<owner>/<repo>#<number>[:<comment id>], "
+    "github:<owner>/<repo>@<sha> or local:<session>[:<message>]"
 )
 
 
@@ -207,6 +244,8 @@ def parse_thread(text: str) -> ThreadRef:
         return GitHubIssue(found["repo"], int(found["number"]), int(comment) if comment else None)
     if found := _COMMIT.fullmatch(text):
         return GitHubCommit(found["repo"], found["sha"])
+    if found := _LOCAL.fullmatch(text):
+        return LocalThread(found["session"], found["message"])
     raise BadThreadRef(f"not a thread reference: {text!r}; expected {_FORMS}")
 
 

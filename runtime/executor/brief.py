@@ -26,6 +26,7 @@ from runtime.models.base import ImagePart
 from runtime.store import signals, transcripts
 from runtime.store.engine import Transaction
 from runtime.store.records import MailboxMessage, Task
+from runtime.threads import LocalThread
 from runtime.workspace.setup import SetupReport
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ def _signal_facts(origin: Origin, task: Task) -> list[tuple[str, str]]:
     if origin.provider is not None:
         kind = (origin.kind or "message").replace("_", " ")
         facts.append(("Came from", f"{origin.provider.capitalize()} {kind}"))
+    elif isinstance(origin.thread, LocalThread):
+        facts.append(("Came from", "the terminal (keel run)"))
     if origin.thread is not None:
         facts.append(("Thread", str(origin.thread)))
     if origin.repo is not None:
@@ -143,13 +146,19 @@ def _signal_facts(origin: Origin, task: Task) -> list[tuple[str, str]]:
 
 
 def origin_of(session: Transaction, task: Task) -> Origin:
-    """The Signal that started ``task`` (its creation key names it), if one did."""
+    """The Signal that started ``task`` (its creation key names it), if one did; else the
+    task's own local thread (the terminal), which no Signal comes from."""
     record = None
     key = task.child_key or ""
     if task.parent_id is None and key.startswith(_CREATION_KEY):
         record = signals.get_signal(session, key.removeprefix(_CREATION_KEY))
     if record is None:
-        return Origin(task.task_id, task.message, repo=task.repo)
+        local = task.origin_thread_ref
+        if not isinstance(local, LocalThread):
+            return Origin(task.task_id, task.message, repo=task.repo)
+        return Origin(
+            task.task_id, task.message, thread=local, repo=task.repo, actor_name=task.requested_by
+        )
     actor = record.actor
     return Origin(
         task_id=task.task_id,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 
 import yaml
@@ -61,7 +63,11 @@ def _call(name: str, **args: object) -> dict[str, object]:
 
 
 FIX_TURNS: list[dict[str, object]] = [
-    {"say": "Reproducing the failure.", "tool_calls": [_call("run_command", command=PYTEST)]},
+    {
+        "expect_seen": ["Came from: the terminal (keel run)"],  # the brief says so
+        "say": "Reproducing the failure.",
+        "tool_calls": [_call("run_command", command=PYTEST)],
+    },
     {
         "expect_seen": ["1 failed"],
         "tool_calls": [_call("write_file", path="calc.py", content=FIXED)],
@@ -90,8 +96,19 @@ def test_run_fixes_failing_test_with_scripted_model_and_prints_reply_with_eviden
     tmp_path: Path,
 ) -> None:
     _repo(tmp_path)
-    done = _run(tmp_path, _config(tmp_path, _script(tmp_path, FIX_TURNS)))
+    database = tmp_path / "keel.db"
+    config = _config(tmp_path, _script(tmp_path, FIX_TURNS))
+    done = _run(tmp_path, config, "--database-url", f"sqlite:///{database}")
     _assert_fixed(done, tmp_path)
+    # The terminal is a thread of its own kind, stored as such: not a Slack thread.
+    with closing(sqlite3.connect(database)) as db:
+        (origin,) = db.execute("SELECT origin_thread_ref FROM tasks").fetchone()
+        posts = db.execute("SELECT surface, thread_ref, landed_on FROM outbox").fetchall()
+    assert origin.startswith("local:")
+    assert posts and all(
+        surface == "local" and thread == origin and landed.startswith(f"{origin}:")
+        for surface, thread, landed in posts
+    ), posts
 
 
 def _tool_reply(call_id: str, name: str, **args: object) -> dict[str, object]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.briefing import github_links, github_web_hosts
+from adapters.briefing import ThreadContext, github_links, github_web_hosts
 from adapters.github.context import closing_refs
 from adapters.github.diff import changed_files, unified_diff
 from adapters.github.reads import FileChange
@@ -16,9 +16,11 @@ from adapters.slack.files import may_send_token
 from adapters.slack.markup import mentioned_users, plain_text
 from runtime.brief.attempts import Failed, RetryPolicy, attempt
 from runtime.brief.files import safe_name
+from runtime.brief.model import Gathered, Origin
 from runtime.errors import Permanent, Retryable
 from runtime.models.base import ModelRequest, UserText
 from runtime.models.scripted import ScriptedProvider, ScriptMismatch
+from runtime.threads import LocalThread
 
 DEMO_SCRIPT = Path(__file__).resolve().parents[2] / "adapters" / "demo" / "script.yaml"
 
@@ -113,3 +115,13 @@ def test_demo_script_fails_when_the_brief_lacks_the_earlier_report() -> None:
 
     with pytest.raises(ScriptMismatch, match="CI on main is red"):
         provider.reply(ModelRequest("t1", 0, "", (mention_only,)))
+
+
+def test_a_local_thread_is_fetched_from_no_provider() -> None:
+    class Untouchable:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"asked a provider for {name} of a local thread")
+
+    context = ThreadContext(Untouchable(), Untouchable())  # type: ignore[arg-type]
+    origin = Origin("t1", "fix it", thread=LocalThread("1700000000.000100"), repo="local/shop")
+    assert asyncio.run(context.gather(origin)) == Gathered()

@@ -645,6 +645,9 @@ def test_server_line_says_metrics_are_public_when_metrics_public_is_set() -> Non
         ("slack", "slack:T1/C1/1700000000.000100:1700000000.000200", "a channel id"),
         ("github", "github:acme/ops#1:99", "github:<owner>/<repo>#<issue number>"),
         ("github", "github:acme/ops@" + "a" * 40, "github:<owner>/<repo>#<issue number>"),
+        # The terminal's thread is no fallback: only the keel run that made it shows it.
+        ("slack", "local:1700000000.000100", "a channel id"),
+        ("github", "local:1700000000.000100", "github:<owner>/<repo>#<issue number>"),
     ],
 )
 def test_fallback_thread_ref_must_be_a_thread_of_its_surface(

@@ -24,7 +24,7 @@ from routing.router import (
 from routing.signal import Actor, CiRun, DropReason, Signal
 from runtime.ids import TaskId
 from runtime.store.records import TaskStatus
-from runtime.threads import GitHubCommit, GitHubIssue, SlackThread, ThreadRef
+from runtime.threads import GitHubCommit, GitHubIssue, LocalThread, SlackThread, ThreadRef
 from tests.factories import THREAD, make_signal
 
 ISSUE = GitHubIssue("acme/api", 7)
@@ -595,6 +595,7 @@ def test_policy_maps_thread_to_repository_when_channel_is_mapped() -> None:
     assert policy.repo_for(GitHubIssue("acme/cli", 4)) == "acme/cli"
     assert policy.repo_for(CI_THREAD) == "acme/api"
     assert policy.repo_for(None) == "acme/web"
+    assert policy.repo_for(LocalThread("1700000000.000100")) == "acme/web"  # names no repo
 
 
 def test_stop_words_come_from_config_only_when_configured_as_halt() -> None:

@@ -11,6 +11,7 @@ from runtime.threads import (
     GitHubCommit,
     GitHubIssue,
     Landed,
+    LocalThread,
     SlackChannel,
     SlackThread,
     ThreadRef,
@@ -22,6 +23,7 @@ from runtime.threads import (
 ROOT = SlackThread("T0123ABCD", "C0123456789", "1700000000.000100")
 ISSUE = GitHubIssue("acme/ops.tools", 12)
 COMMIT = GitHubCommit("acme/api", "ec26c3e57ca3a959ca5aad62de7213c562f8c821")
+LOCAL = LocalThread("1700000000.000100")
 
 # The forms stored by every Keel so far; they must keep reading back the same.
 STORED: list[tuple[str, ThreadRef]] = [
@@ -33,6 +35,8 @@ STORED: list[tuple[str, ThreadRef]] = [
     ("github:acme/ops.tools#12", ISSUE),
     ("github:acme/ops.tools#12:4927004", ISSUE.comment(4927004)),
     ("github:acme/api@ec26c3e57ca3a959ca5aad62de7213c562f8c821", COMMIT),
+    ("local:1700000000.000100", LOCAL),
+    ("local:1700000000.000100:3", LocalThread("1700000000.000100", "3")),
 ]
 
 
@@ -62,6 +66,12 @@ def test_stored_text_reads_back_as_its_ref_and_is_written_the_same_when_round_tr
         "gitlab:acme/ops#12",
         " github:acme/ops#12",
         "github:acme/ops#12\n",
+        "local:",
+        "local:run 1",
+        "local:run/1",
+        "local:run:",
+        "local:run:1:2",
+        "keel-run:terminal",
     ],
 )
 def test_malformed_text_is_refused_with_the_forms_when_parsed(text: str) -> None:
@@ -70,6 +80,7 @@ def test_malformed_text_is_refused_with_the_forms_when_parsed(text: str) -> None
     message = str(refused.value)
     assert message.startswith(f"not a thread reference: {text!r}")
     assert "slack:<team>/<channel>/<thread ts>" in message and "github:<owner>/<repo>" in message
+    assert "local:<session>[:<message>]" in message
 
 
 @pytest.mark.parametrize(
@@ -82,6 +93,9 @@ def test_malformed_text_is_refused_with_the_forms_when_parsed(text: str) -> None
         lambda: GitHubIssue("acme/ops", 0),
         lambda: GitHubIssue("acme/ops", 1, -5),
         lambda: GitHubCommit("acme/ops", "not-a-sha"),
+        lambda: LocalThread(""),
+        lambda: LocalThread("run:1"),
+        lambda: LocalThread("run", "1/2"),
     ],
 )
 def test_parts_that_could_not_be_read_back_are_refused_when_built(build: object) -> None:
@@ -98,6 +112,7 @@ _refs: st.SearchStrategy[ThreadRef] = st.one_of(
     st.builds(SlackThread, _ids, _ids, _ts, st.none() | _ts),
     st.builds(GitHubIssue, _repos, _numbers, st.none() | _numbers),
     st.builds(GitHubCommit, _repos, st.from_regex(r"[0-9a-f]{40}", fullmatch=True)),
+    st.builds(LocalThread, _ids, st.none() | _ids),
 )
 
 
@@ -116,9 +131,12 @@ def test_root_drops_the_message_and_surface_and_repo_name_the_conversation_when_
         "1700000000.000100",
     )
     assert ISSUE.comment(7).root == ISSUE and COMMIT.root == COMMIT
-    assert [r.surface for r in (ROOT, ISSUE, COMMIT)] == ["slack", "github", "github"]
-    # A Slack thread names no repository: routing maps its channel to one.
-    assert [r.repo for r in (ROOT, ISSUE, COMMIT)] == [None, "acme/ops.tools", "acme/api"]
+    assert LocalThread(LOCAL.session, "2").root == LOCAL and LOCAL.root == LOCAL
+    refs = (ROOT, ISSUE, COMMIT, LOCAL)
+    assert [r.surface for r in refs] == ["slack", "github", "github", "local"]
+    # A Slack thread names no repository: routing maps its channel to one; nor does the
+    # terminal's: the task names it.
+    assert [r.repo for r in refs] == [None, "acme/ops.tools", "acme/api", None]
 
 
 def test_landed_text_marks_the_fallback_when_the_post_fell_back() -> None:
@@ -127,6 +145,7 @@ def test_landed_text_marks_the_fallback_when_the_post_fell_back() -> None:
     assert str(Landed(comment, fallback=True)) == "fallback:github:acme/ops.tools#12:3"
     with pytest.raises(BadThreadRef):
         parse_landed("fallback:")
+    assert parse_landed("local:1700000000.000100:2") == Landed(LocalThread(LOCAL.session, "2"))
 
 
 

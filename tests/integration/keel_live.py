@@ -258,6 +258,14 @@ class Live:
 
             return {
                 "signals": count(SignalRow),
+                # What a webhook stored (not the API's own requests, which a caller may make).
+                "webhook_signals": int(
+                    session.execute(
+                        select(func.count())
+                        .select_from(SignalRow)
+                        .where(SignalRow.provider.in_(("slack", "github")))
+                    ).scalar_one()
+                ),
                 "tasks": count(TaskRow),
                 "mailbox": count(MailboxMessageRow),
                 "held": count(GitHubInboxRow),

@@ -263,6 +263,33 @@ def _mention_event(slack: SlackState, ts: str, root_ts: str, kind: str) -> dict[
 Inspect = Callable[[str, str], Awaitable[None]]
 
 
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks for the demo, each named with how to get it.
+
+    ``pip install keel-bot`` brings every Python package the demo uses (its sample's tests use
+    the standard library's unittest); git is the one program it needs from the system.
+    bubblewrap is optional: without it the sample's commands run unsandboxed.
+    """
+    if shutil.which("git") is None:
+        return ["keel demo needs git on PATH (Debian/Ubuntu: apt-get install git)"]
+    return []
+
+
+def _why_failed(task: Any, calls: list[Any]) -> list[str]:
+    """The task's own account of a failure, and the end of its last command's output: what a
+    person needs to see what was missing (a module, a program), not just that a step failed."""
+    if task is None or task.status == "succeeded":
+        return []
+    summary = (task.result or {}).get("summary") or ""
+    lines = [f"the task ended {task.status.value}" + (f": {summary}" if summary else "")]
+    commands = [c for c in calls if c.name == "run_command" and c.result]
+    if commands:
+        output = str(commands[-1].result.get("output", "")).strip().splitlines()
+        lines.append("its last command's output ended with:")
+        lines += [f"    {line}" for line in output[-8:]]
+    return lines
+
+
 async def run_demo(
     workdir: Path,
     *,
@@ -273,6 +300,9 @@ async def run_demo(
     socket_mode: bool = False,
 ) -> DemoResult:
     """Run the scenario; ``inspect(keel_url, task_id)`` runs before Keel shuts down."""
+    missing = missing_prerequisites()
+    if missing:
+        return DemoResult(False, None, [], None, missing)
     workdir.mkdir(parents=True, exist_ok=True)
     db_url = db_url or f"sqlite:///{workdir / 'keel.db'}"
     bare = create_sample_repo(workdir / "origin")
@@ -350,10 +380,14 @@ async def _drive(
                     break
             await asyncio.sleep(0.2)
         posts = await _posts(db, task_id) if task_id else []
+        ended = await db.read(lambda s: q.get_task(s, task_id)) if task_id else None
+        calls = await db.read(lambda s: tool_calls.all_calls(s, task_id)) if task_id else []
     finally:
         db.close()
     thread = render_thread(slack, root_ts)
     problems = _check(slack, root_ts, posts) if task_id else ["no task was created"]
+    if problems:
+        problems += _why_failed(ended, calls)
     ui = f"{keel_url}/ui/tasks/{task_id}" if task_id else None
     return DemoResult(not problems, task_id, thread, ui, problems, slack, github)
 

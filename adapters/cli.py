@@ -30,7 +30,19 @@ ConfigPath = Annotated[Path | None, typer.Option("--config", help="app.yaml to u
 
 
 def _load(path: Path | None) -> AppConfig:
-    """The configuration, or exit 2 with every problem named by its key."""
+    """The configuration, or exit 2 with every problem named by its key.
+
+    ``--config PATH`` is that file or an error, never a fallback: a path that names no file
+    exits 2 saying so, though ./app.yaml or the defaults would have loaded. Without
+    ``--config``, ./app.yaml if there is one, else the defaults."""
+    if path is not None and not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        typer.echo(
+            f"configuration error: --config {path} {what} (absolute: {path.absolute()}); "
+            "name an existing app.yaml, or leave --config out to use ./app.yaml or the defaults",
+            err=True,
+        )
+        raise typer.Exit(2)
     chosen = path or (Path("app.yaml") if Path("app.yaml").exists() else None)
     try:
         return load_config(chosen) if chosen else AppConfig()

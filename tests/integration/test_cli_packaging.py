@@ -39,3 +39,17 @@ def test_demo_without_git_names_what_is_missing_and_exits_1(tmp_path: Path) -> N
     assert result.returncode == 1
     assert "keel demo needs git on PATH" in result.stderr
     assert not (tmp_path / "demo").exists()  # it stopped before creating anything
+
+
+def test_a_config_path_that_does_not_exist_exits_2_and_never_falls_back(tmp_path: Path) -> None:
+    # A ./app.yaml that would load (its database does not exist, so tasks ls would exit 2 too,
+    # but naming the database): the error must be about --config, not a fallback to this file.
+    (tmp_path / "app.yaml").write_text("database:\n  url: sqlite:///./here.db\n")
+    for argv in (["tasks", "ls"], ["db", "upgrade"], ["cache", "ls"]):
+        result = keel(*argv, "--config", "missing.yaml", cwd=tmp_path)
+        assert result.returncode == 2, (argv, result.stderr)
+        assert "--config missing.yaml does not exist" in result.stderr
+        assert str(tmp_path / "missing.yaml") in result.stderr
+    assert not (tmp_path / "here.db").exists()  # db upgrade did not create ./app.yaml's
+    folder = keel("tasks", "ls", "--config", str(tmp_path), cwd=tmp_path)
+    assert folder.returncode == 2 and "is a directory" in folder.stderr

@@ -215,31 +215,39 @@ def tasks_ls(
     config_path: ConfigPath = None,
     status: Annotated[str | None, typer.Option(help="Only tasks with this status.")] = None,
     limit: int = 50,
+    as_json: cli_tasks.JsonFlag = False,
 ) -> None:
     """List tasks, newest first."""
-    cli_tasks.list_tasks(_load(config_path), status, limit)
+    cli_tasks.list_tasks(_load(config_path), status, limit, as_json)
 
 
 @cli_tasks.tasks_app.command("show")
-def tasks_show(task_id: str, config_path: ConfigPath = None) -> None:
+def tasks_show(
+    task_id: str, config_path: ConfigPath = None, as_json: cli_tasks.JsonFlag = False
+) -> None:
     """A task's tree, phases, tool calls, mailbox, evidence and replies."""
-    cli_tasks.show_task(_load(config_path), task_id)
+    cli_tasks.show_task(_load(config_path), task_id, as_json)
 
 
 @cli_tasks.tasks_app.command("cancel")
-def tasks_cancel(task_id: str, config_path: ConfigPath = None) -> None:
+def tasks_cancel(
+    task_id: str, config_path: ConfigPath = None, as_json: cli_tasks.JsonFlag = False
+) -> None:
     """Record a stop; the task and its descendants stop at their next checkpoint."""
-    cli_tasks.cancel_task(_load(config_path), task_id)
+    cli_tasks.cancel_task(_load(config_path), task_id, as_json=as_json)
 
 
 @cli_tasks.tasks_app.command("tail")
-def tasks_tail(task_id: str, config_path: ConfigPath = None) -> None:
-    """Follow a task's progress until it finishes; the exit code says how it ended.
+def tasks_tail(
+    task_id: str, config_path: ConfigPath = None, as_json: cli_tasks.JsonFlag = False
+) -> None:
+    """Follow a task's progress and transcript until it finishes; the exit code says how it
+    ended. With --json: one JSON object per line (status, transcript items, then the end).
 
     Exit codes: 0 succeeded, 1 failed, 3 canceled, 4 timed_out, 5 no such task,
     2 configuration error or no usable database.
     """
-    cli_tasks.tail_task(_load(config_path), task_id)
+    cli_tasks.tail_task(_load(config_path), task_id, as_json=as_json)
 
 
 @cli_tasks.signals_app.command("replay")

@@ -195,14 +195,14 @@ def demo(
     import asyncio
     import tempfile
 
-    from adapters.demo.scenario import print_thread, run_demo
+    from adapters.demo.scenario import closing_lines, print_thread, run_demo
 
     folder = workdir or Path(tempfile.mkdtemp(prefix="keel-demo-"))
     typer.echo(f"Keel demo in {folder}")
     result = asyncio.run(run_demo(folder, echo=typer.echo, socket_mode=socket_mode))
     print_thread(result, typer.echo)
-    if result.ui_url:
-        typer.echo(f"Task UI (while Keel runs): {result.ui_url}")
+    for line in closing_lines(result):
+        typer.echo(line)
     if not result.ok:
         for problem in result.problems:
             typer.echo(f"✗ {problem}", err=True)

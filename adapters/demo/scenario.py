@@ -14,14 +14,18 @@ sent as an envelope that must be acknowledged, as Slack does for a Keel behind a
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
 import shutil
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from adapters.config import AppConfig, build_config
 from adapters.demo.repo import branch_head, create_sample_repo
@@ -61,6 +65,8 @@ class DemoResult:
     problems: list[str] = field(default_factory=list)
     slack: SlackState | None = None
     github: GitHubState | None = None
+    # An app.yaml naming the demo's database, for `keel tasks show` and `keel serve` after it.
+    config_path: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +197,8 @@ class _Watcher:
             if self.seen_posts.get(message.ts) != message.text:
                 verb = "edited" if message.ts in self.seen_posts else "posted"
                 self.seen_posts[message.ts] = message.text
-                first = message.text.splitlines()[0] if message.text else ""
+                text = as_people_see(self.slack, message.text)
+                first = text.splitlines()[0] if text else ""
                 self.echo(f"  · keel {verb} in the thread: {first}")
         task = await self.db.read(lambda s: q.get_task(s, task_id))
         return run, task
@@ -209,13 +216,27 @@ def _play_ci(github: GitHubState, started: dict[str, float]) -> None:
             github.set_checks(REPO, sha, [("tests", "success"), ("lint", "success")])
 
 
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^<>]*)?>")
+
+
+def as_people_see(slack: SlackState, text: str) -> str:
+    """A message as Slack shows it: ``<@U0KEELBOT1>`` reads ``@keel``, each user by name."""
+
+    def name(match: re.Match[str]) -> str:
+        user = slack.users.get(match[1])
+        return f"@{user.name}" if user else match[0]
+
+    return _MENTION.sub(name, text)
+
+
 def render_thread(slack: SlackState, root_ts: str) -> list[str]:
     lines = []
     for message in slack.thread(CHANNEL, root_ts):
         author = slack.users.get(message.user)
         name = "keel" if message.bot_id else (author.name if author else message.user)
         reactions = " ".join(f":{r}:" for r in message.reactions)
-        lines.append(f"{name}: {message.text}" + (f"   [{reactions}]" if reactions else ""))
+        text = as_people_see(slack, message.text)
+        lines.append(f"{name}: {text}" + (f"   [{reactions}]" if reactions else ""))
     return lines
 
 
@@ -329,7 +350,7 @@ async def run_demo(
         result = await _drive(workdir, db_url, keel.url, send, slack, github, echo, timeout_s)
         if inspect is not None and result.task_id is not None:
             await inspect(keel.url, result.task_id)
-        return result
+        return replace(result, config_path=_afterwards_config(workdir, db_url))
     finally:
         for server in reversed(servers):
             server.stop()
@@ -413,6 +434,33 @@ async def _follow_up(send: Send, slack: SlackState, root_ts: str, echo: Echo) ->
     return True
 
 
+def _afterwards_config(workdir: Path, db_url: str) -> Path:
+    """``workdir/app.yaml``: the demo's database and workspaces, no surface and no secret, so
+    the CLI and the task UI can read the task once the demo's Keel and emulators are gone."""
+    path = workdir / "app.yaml"
+    path.write_text(
+        "# Written by keel demo: its database, to look at its task after it ended.\n"
+        + yaml.safe_dump(
+            {"database": {"url": db_url}, "workspace": {"root": str(workdir / "workspaces")}},
+            sort_keys=False,
+        )
+    )
+    return path
+
+
+def closing_lines(result: DemoResult) -> list[str]:
+    """How to see the task again: the demo's Keel has stopped, so its UI address is dead."""
+    if result.task_id is None or result.config_path is None:
+        return []
+    config = shlex.quote(str(result.config_path))
+    return [
+        "Keel and the emulators have stopped; the task stays in the demo's database:",
+        f"  keel tasks show {result.task_id} --config {config}",
+        f"  keel serve --config {config}   then open "
+        f"http://127.0.0.1:8080/ui/tasks/{result.task_id}",
+    ]
+
+
 def print_thread(result: DemoResult, echo: Echo = print) -> None:
     echo("\n──── the Slack thread, as a person sees it ────")
     for line in result.thread:
@@ -420,4 +468,12 @@ def print_thread(result: DemoResult, echo: Echo = print) -> None:
     echo("───────────────────────────────────────────────")
 
 
-__all__ = ["DemoResult", "SlackMessage", "print_thread", "render_thread", "run_demo"]
+__all__ = [
+    "DemoResult",
+    "SlackMessage",
+    "as_people_see",
+    "closing_lines",
+    "print_thread",
+    "render_thread",
+    "run_demo",
+]

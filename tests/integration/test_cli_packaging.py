@@ -202,3 +202,30 @@ async def test_tasks_tail_json_is_one_object_per_line(db_url: str, tmp_path: Pat
     assert events[0]["status"] == "failed"
     assert events[1]["payload"] == {"text": "On it."} and events[1]["kind"] == "message"
     assert events[2] == {"event": "end", "status": "failed", "exit_code": 1}
+
+
+def test_demo_shows_names_not_ids_and_ends_saying_how_to_see_the_task(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    done = subprocess.run(
+        [*KEEL, "demo", "--workdir", str(workdir)], env=keel_env(), cwd=tmp_path,
+        capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    out = done.stdout
+    thread = out[out.index("──── the Slack thread") :]
+    assert "dana: @keel the checkout tests are failing on main" in thread
+    assert "<@U" not in out  # no raw Slack mention anywhere, the progress lines included
+    # The evidence names the interpreter, not where this host keeps it.
+    assert "`python" in thread and f"{sys.prefix}/bin" not in thread
+    # Nothing points at the demo's Keel, which is gone; the way to see the task is given.
+    assert "/ui/tasks/" not in out.replace("http://127.0.0.1:8080/ui/tasks/", "")
+    assert "while Keel runs" not in out
+    show_line = next(line for line in out.splitlines() if "keel tasks show" in line)
+    argv = show_line.split("keel ", 1)[1].split()
+    assert argv[-2:] == ["--config", str(workdir / "app.yaml")]
+    shown = subprocess.run(
+        [*KEEL, *argv], env=keel_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "succeeded" in shown.stdout.splitlines()[0]
+    assert out.rstrip().endswith("✓ the reply landed in the thread with its evidence")

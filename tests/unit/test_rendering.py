@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from adapters.github.markdown import title_for_github, to_github
 from adapters.slack.mrkdwn import to_mrkdwn
 from runtime.evidence import EvidenceItem, Strength
@@ -129,3 +132,15 @@ def test_an_allowed_mention_stays_live_where_markdown_sees_html() -> None:
     text = to_mrkdwn("<!channel> <@U1> and <@U2>: fixed", allowed=("U2",))
     assert text == "&lt;!channel&gt; &lt;@U1&gt; and <@U2>: fixed"
     assert to_mrkdwn("<b><@U2></b>", allowed=("U2",)) == "&lt;b&gt;<@U2>&lt;/b&gt;"
+
+
+_OURS = re.compile(r"<(?:https?://|mailto:)[^<>|\s]*\|[^<>]*>|<@U2>")
+
+
+@given(st.text(alphabet="ab <>&@!|*_~`[]()#->\n:/.U2\\h", max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_whatever_the_markdown_slack_sees_only_our_links_and_allowed_mentions(
+    source: str,
+) -> None:
+    text = to_mrkdwn(source.replace("h", "https://x.example/"), allowed=("U2",))
+    assert "<" not in _OURS.sub("", text) and ">" not in _OURS.sub("", text)

@@ -1,15 +1,17 @@
 # Every target bootstraps .venv once; the stamp file makes a second run install nothing.
+# constraints.txt pins every package to the versions CI and the image use (`make constraints`
+# writes it from .venv); pyproject.toml keeps the ranges a library user installs within.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.keel-installed
 
-.PHONY: demo test serve bench soak lint typecheck clean
+.PHONY: demo test serve bench soak lint typecheck clean constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -42,6 +44,10 @@ bench: $(STAMP)
 soak: $(STAMP)
 	KEEL_SOAK=1 KEEL_TEST_DATABASE_URL=$${KEEL_TEST_DATABASE_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
 		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/recovery tests/integration/test_races.py
+
+# After upgrading a package in .venv or adding a dependency: rewrite the pins, then commit them.
+constraints: $(STAMP)
+	$(BIN)/python .ci/freeze-constraints > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) .keel keel.db

@@ -49,7 +49,19 @@ def _keel(
 
 
 def _load(path: Path | None) -> AppConfig:
-    """The configuration, or exit 2 with every problem named by its key."""
+    """The configuration, or exit 2 with every problem named by its key.
+
+    ``--config PATH`` is that file or an error, never a fallback: a path that names no file
+    exits 2 saying so, though ./app.yaml or the defaults would have loaded. Without
+    ``--config``, ./app.yaml if there is one, else the defaults."""
+    if path is not None and not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        typer.echo(
+            f"configuration error: --config {path} {what} (absolute: {path.absolute()}); "
+            "name an existing app.yaml, or leave --config out to use ./app.yaml or the defaults",
+            err=True,
+        )
+        raise typer.Exit(2)
     chosen = path or (Path("app.yaml") if Path("app.yaml").exists() else None)
     try:
         return load_config(chosen) if chosen else AppConfig()
@@ -217,14 +229,14 @@ def demo(
     import asyncio
     import tempfile
 
-    from adapters.demo.scenario import print_thread, run_demo
+    from adapters.demo.scenario import closing_lines, print_thread, run_demo
 
     folder = workdir or Path(tempfile.mkdtemp(prefix="keel-demo-"))
     typer.echo(f"Keel demo in {folder}")
     result = asyncio.run(run_demo(folder, echo=typer.echo, socket_mode=socket_mode))
     print_thread(result, typer.echo)
-    if result.ui_url:
-        typer.echo(f"Task UI (while Keel runs): {result.ui_url}")
+    for line in closing_lines(result):
+        typer.echo(line)
     if not result.ok:
         for problem in result.problems:
             typer.echo(f"✗ {problem}", err=True)
@@ -264,31 +276,39 @@ def tasks_ls(
     config_path: ConfigPath = None,
     status: Annotated[str | None, typer.Option(help="Only tasks with this status.")] = None,
     limit: int = 50,
+    as_json: cli_tasks.JsonFlag = False,
 ) -> None:
     """List tasks, newest first."""
-    cli_tasks.list_tasks(_load(config_path), status, limit)
+    cli_tasks.list_tasks(_load(config_path), status, limit, as_json)
 
 
 @cli_tasks.tasks_app.command("show")
-def tasks_show(task_id: str, config_path: ConfigPath = None) -> None:
+def tasks_show(
+    task_id: str, config_path: ConfigPath = None, as_json: cli_tasks.JsonFlag = False
+) -> None:
     """A task's tree, phases, tool calls, mailbox, evidence and replies."""
-    cli_tasks.show_task(_load(config_path), task_id)
+    cli_tasks.show_task(_load(config_path), task_id, as_json)
 
 
 @cli_tasks.tasks_app.command("cancel")
-def tasks_cancel(task_id: str, config_path: ConfigPath = None) -> None:
+def tasks_cancel(
+    task_id: str, config_path: ConfigPath = None, as_json: cli_tasks.JsonFlag = False
+) -> None:
     """Record a stop; the task and its descendants stop at their next checkpoint."""
-    cli_tasks.cancel_task(_load(config_path), task_id)
+    cli_tasks.cancel_task(_load(config_path), task_id, as_json=as_json)
 
 
 @cli_tasks.tasks_app.command("tail")
-def tasks_tail(task_id: str, config_path: ConfigPath = None) -> None:
-    """Follow a task's progress until it finishes; the exit code says how it ended.
+def tasks_tail(
+    task_id: str, config_path: ConfigPath = None, as_json: cli_tasks.JsonFlag = False
+) -> None:
+    """Follow a task's progress and transcript until it finishes; the exit code says how it
+    ended. With --json: one JSON object per line (status, transcript items, then the end).
 
     Exit codes: 0 succeeded, 1 failed, 3 canceled, 4 timed_out, 5 no such task,
     2 configuration error or no usable database.
     """
-    cli_tasks.tail_task(_load(config_path), task_id)
+    cli_tasks.tail_task(_load(config_path), task_id, as_json=as_json)
 
 
 @cli_tasks.signals_app.command("replay")

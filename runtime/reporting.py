@@ -7,6 +7,7 @@ key (task, purpose), so it lands at most once. A reply never claims what the led
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -301,7 +302,7 @@ def describe_evidence(item: EvidenceItem) -> str:
             branch = f" on `{d['branch']}`" if d.get("branch") else ""
             return f"Commit {sha}{branch} — {strength}"
         case "test_run":
-            command = d.get("command", item.ref)
+            command = shown_command(str(d.get("command", item.ref)))
             return f"`{command}` exit {d.get('exit_code', '?')}{_counts(d)} — {strength}"
         case "ci_run":
             return _ci_line(d, item.strength)
@@ -315,6 +316,21 @@ def describe_evidence(item: EvidenceItem) -> str:
             return f"Network: refused {item.ref} (not in the allowlist)"
         case _:
             return f"{item.kind} {item.ref} — {strength}"
+
+
+# A program named by its absolute path in some toolchain's bin folder, where a shell reads a
+# program (at the start, after ; & | or a parenthesis): `/home/me/.venv/bin/python` (the demo
+# runs the interpreter Keel runs on, by path), `/usr/bin/python3`.
+_TOOLCHAIN_PROGRAM = re.compile(
+    r"(^\s*|[;&|(]\s*)/(?:[^\s/;&|()]+/)*bin/([^\s/;&|()]+)(?=[\s;&|)]|$)"
+)
+
+
+def shown_command(command: str) -> str:
+    """A command as a reader should see it: programs by name, not by the host path of their
+    toolchain (which says nothing about the result and tells a thread about Keel's host).
+    Only ``…/bin/NAME`` words change; the evidence itself keeps the command as it ran."""
+    return _TOOLCHAIN_PROGRAM.sub(lambda m: m.group(1) + m.group(2), command)
 
 
 def _counts(d: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Reading test results out of a command's output: pytest summaries and JUnit reports.
+"""Reading test results out of a command's output: pytest and unittest summaries, JUnit reports.
 
 Only counts that a runner printed (or wrote as JUnit XML) are reported; when nothing
 recognisable is present the answer is ``None``, never a guess.
@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Literal
 
-ReportSource = Literal["pytest", "junit_xml", "junit_text"]
+ReportSource = Literal["pytest", "unittest", "junit_xml", "junit_text"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PYTEST_SUMMARY = re.compile(
@@ -36,8 +36,13 @@ _PYTEST_WORDS = {
 _JUNIT_TEXT = re.compile(
     r"Tests run: (\d+), Failures: (\d+), Errors: (\d+), Skipped: (\d+)(?!.*\bin\b)"
 )
+# unittest ends with "Ran 3 tests in 0.002s", a blank line, then "OK" or "FAILED (failures=1)",
+# either with counts in parentheses ("OK (skipped=1)", "FAILED (failures=1, errors=2)").
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in [\d.]+s$")
+_UNITTEST_VERDICT = re.compile(r"^(?:OK|FAILED)(?: \((?P<counts>[a-z =\d,]+)\))?$")
+_UNITTEST_COUNT = re.compile(r"([a-z ]+)=(\d+)")
 _TEST_COMMAND = re.compile(
-    r"\b(pytest|py\.test|tox|nox|mvn|gradlew?|junit|jest|vitest|mocha|rspec)\b"
+    r"\b(pytest|py\.test|unittest|tox|nox|mvn|gradlew?|junit|jest|vitest|mocha|rspec)\b"
     r"|\b(npm|yarn|pnpm|bun)\s+(run\s+)?test\b"
     r"|\b(go|cargo|make|dotnet|mix|deno)\s+test\b"
 )
@@ -57,9 +62,9 @@ def looks_like_test_command(command: str) -> bool:
 
 
 def parse_test_output(output: str) -> TestCounts | None:
-    """Counts from the last runner summary in ``output`` (pytest first, then JUnit text)."""
+    """Counts from the last runner summary in ``output`` (pytest, unittest, then JUnit text)."""
     text = _ANSI.sub("", output)
-    return parse_pytest(text) or parse_junit_text(text)
+    return parse_pytest(text) or parse_unittest(text) or parse_junit_text(text)
 
 
 def parse_pytest(output: str) -> TestCounts | None:
@@ -82,6 +87,26 @@ def _only_pytest_words(body: str) -> bool:
     if body == "no tests ran":
         return True
     return all(part.split(" ", 1)[1] in _PYTEST_WORDS for part in body.split(", ") if part)
+
+
+def parse_unittest(output: str) -> TestCounts | None:
+    """The last ``Ran N tests`` summary of ``python -m unittest`` with the verdict after it."""
+    lines = [line.strip() for line in output.splitlines()]
+    for i in range(len(lines) - 1, -1, -1):
+        ran = _UNITTEST_RAN.match(lines[i])
+        if ran is None:
+            continue
+        verdict = next((line for line in lines[i + 1 :] if line), "")
+        match = _UNITTEST_VERDICT.match(verdict)
+        if match is None:
+            return None
+        counts = {k.strip(): int(n) for k, n in _UNITTEST_COUNT.findall(match["counts"] or "")}
+        failed = counts.get("failures", 0) + counts.get("unexpected successes", 0)
+        errors = counts.get("errors", 0)
+        skipped = counts.get("skipped", 0) + counts.get("expected failures", 0)
+        passed = int(ran[1]) - failed - errors - skipped
+        return TestCounts(max(passed, 0), failed, errors, skipped, source="unittest")
+    return None
 
 
 def parse_junit_text(output: str) -> TestCounts | None:

@@ -9,12 +9,16 @@ from adapters.emulators.github_git import branch_of, init_bare_repository
 FILES = {
     "calc.py": '"""Tiny arithmetic helpers used by the checkout."""\n\n\n'
     "def add(a: int, b: int) -> int:\n    return a - b\n",
-    "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-    "def test_add_zero():\n    assert add(0, 0) == 0\n",
-    "AGENTS.md": "# Working on this repository\n\nRun the tests with `python -m pytest -q`.\n",
+    # unittest, not pytest: `pip install keel-bot` (no dev extra) must be enough for the demo.
+    # pytest runs these TestCase tests too, as other tests of Keel do.
+    "test_calc.py": "import unittest\n\nfrom calc import add\n\n\n"
+    "class AddTest(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+    "    def test_add_zero(self):\n        self.assertEqual(add(0, 0), 0)\n",
+    "AGENTS.md": "# Working on this repository\n\nRun the tests with `python -m unittest -v`.\n",
     # Keel's setup step runs this once per workspace, before the agent starts. The demo needs
-    # no network: pytest comes with the interpreter that runs Keel, so nothing is installed.
-    ".keel/setup.sh": "set -e\necho 'nothing to install: pytest comes with the host toolchain'\n",
+    # no network: the tests use the standard library's unittest, so nothing is installed.
+    ".keel/setup.sh": "set -e\necho 'nothing to install: the tests need only the stdlib'\n",
 }
 
 

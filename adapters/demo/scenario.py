@@ -14,14 +14,18 @@ sent as an envelope that must be acknowledged, as Slack does for a Keel behind a
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
 import shutil
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from adapters.config import AppConfig, build_config
 from adapters.demo.repo import branch_head, create_sample_repo
@@ -61,6 +65,8 @@ class DemoResult:
     problems: list[str] = field(default_factory=list)
     slack: SlackState | None = None
     github: GitHubState | None = None
+    # An app.yaml naming the demo's database, for `keel tasks show` and `keel serve` after it.
+    config_path: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +197,8 @@ class _Watcher:
             if self.seen_posts.get(message.ts) != message.text:
                 verb = "edited" if message.ts in self.seen_posts else "posted"
                 self.seen_posts[message.ts] = message.text
-                first = message.text.splitlines()[0] if message.text else ""
+                text = as_people_see(self.slack, message.text)
+                first = text.splitlines()[0] if text else ""
                 self.echo(f"  · keel {verb} in the thread: {first}")
         task = await self.db.read(lambda s: q.get_task(s, task_id))
         return run, task
@@ -209,13 +216,27 @@ def _play_ci(github: GitHubState, started: dict[str, float]) -> None:
             github.set_checks(REPO, sha, [("tests", "success"), ("lint", "success")])
 
 
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^<>]*)?>")
+
+
+def as_people_see(slack: SlackState, text: str) -> str:
+    """A message as Slack shows it: ``<@U0KEELBOT1>`` reads ``@keel``, each user by name."""
+
+    def name(match: re.Match[str]) -> str:
+        user = slack.users.get(match[1])
+        return f"@{user.name}" if user else match[0]
+
+    return _MENTION.sub(name, text)
+
+
 def render_thread(slack: SlackState, root_ts: str) -> list[str]:
     lines = []
     for message in slack.thread(CHANNEL, root_ts):
         author = slack.users.get(message.user)
         name = "keel" if message.bot_id else (author.name if author else message.user)
         reactions = " ".join(f":{r}:" for r in message.reactions)
-        lines.append(f"{name}: {message.text}" + (f"   [{reactions}]" if reactions else ""))
+        text = as_people_see(slack, message.text)
+        lines.append(f"{name}: {text}" + (f"   [{reactions}]" if reactions else ""))
     return lines
 
 
@@ -263,6 +284,33 @@ def _mention_event(slack: SlackState, ts: str, root_ts: str, kind: str) -> dict[
 Inspect = Callable[[str, str], Awaitable[None]]
 
 
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks for the demo, each named with how to get it.
+
+    ``pip install keel-bot`` brings every Python package the demo uses (its sample's tests use
+    the standard library's unittest); git is the one program it needs from the system.
+    bubblewrap is optional: without it the sample's commands run unsandboxed.
+    """
+    if shutil.which("git") is None:
+        return ["keel demo needs git on PATH (Debian/Ubuntu: apt-get install git)"]
+    return []
+
+
+def _why_failed(task: Any, calls: list[Any]) -> list[str]:
+    """The task's own account of a failure, and the end of its last command's output: what a
+    person needs to see what was missing (a module, a program), not just that a step failed."""
+    if task is None or task.status == "succeeded":
+        return []
+    summary = (task.result or {}).get("summary") or ""
+    lines = [f"the task ended {task.status.value}" + (f": {summary}" if summary else "")]
+    commands = [c for c in calls if c.name == "run_command" and c.result]
+    if commands:
+        output = str(commands[-1].result.get("output", "")).strip().splitlines()
+        lines.append("its last command's output ended with:")
+        lines += [f"    {line}" for line in output[-8:]]
+    return lines
+
+
 async def run_demo(
     workdir: Path,
     *,
@@ -273,6 +321,9 @@ async def run_demo(
     socket_mode: bool = False,
 ) -> DemoResult:
     """Run the scenario; ``inspect(keel_url, task_id)`` runs before Keel shuts down."""
+    missing = missing_prerequisites()
+    if missing:
+        return DemoResult(False, None, [], None, missing)
     workdir.mkdir(parents=True, exist_ok=True)
     db_url = db_url or f"sqlite:///{workdir / 'keel.db'}"
     bare = create_sample_repo(workdir / "origin")
@@ -299,7 +350,7 @@ async def run_demo(
         result = await _drive(workdir, db_url, keel.url, send, slack, github, echo, timeout_s)
         if inspect is not None and result.task_id is not None:
             await inspect(keel.url, result.task_id)
-        return result
+        return replace(result, config_path=_afterwards_config(workdir, db_url))
     finally:
         for server in reversed(servers):
             server.stop()
@@ -350,10 +401,14 @@ async def _drive(
                     break
             await asyncio.sleep(0.2)
         posts = await _posts(db, task_id) if task_id else []
+        ended = await db.read(lambda s: q.get_task(s, task_id)) if task_id else None
+        calls = await db.read(lambda s: tool_calls.all_calls(s, task_id)) if task_id else []
     finally:
         db.close()
     thread = render_thread(slack, root_ts)
     problems = _check(slack, root_ts, posts) if task_id else ["no task was created"]
+    if problems:
+        problems += _why_failed(ended, calls)
     ui = f"{keel_url}/ui/tasks/{task_id}" if task_id else None
     return DemoResult(not problems, task_id, thread, ui, problems, slack, github)
 
@@ -379,6 +434,33 @@ async def _follow_up(send: Send, slack: SlackState, root_ts: str, echo: Echo) ->
     return True
 
 
+def _afterwards_config(workdir: Path, db_url: str) -> Path:
+    """``workdir/app.yaml``: the demo's database and workspaces, no surface and no secret, so
+    the CLI and the task UI can read the task once the demo's Keel and emulators are gone."""
+    path = workdir / "app.yaml"
+    path.write_text(
+        "# Written by keel demo: its database, to look at its task after it ended.\n"
+        + yaml.safe_dump(
+            {"database": {"url": db_url}, "workspace": {"root": str(workdir / "workspaces")}},
+            sort_keys=False,
+        )
+    )
+    return path
+
+
+def closing_lines(result: DemoResult) -> list[str]:
+    """How to see the task again: the demo's Keel has stopped, so its UI address is dead."""
+    if result.task_id is None or result.config_path is None:
+        return []
+    config = shlex.quote(str(result.config_path))
+    return [
+        "Keel and the emulators have stopped; the task stays in the demo's database:",
+        f"  keel tasks show {result.task_id} --config {config}",
+        f"  keel serve --config {config}   then open "
+        f"http://127.0.0.1:8080/ui/tasks/{result.task_id}",
+    ]
+
+
 def print_thread(result: DemoResult, echo: Echo = print) -> None:
     echo("\n──── the Slack thread, as a person sees it ────")
     for line in result.thread:
@@ -386,4 +468,12 @@ def print_thread(result: DemoResult, echo: Echo = print) -> None:
     echo("───────────────────────────────────────────────")
 
 
-__all__ = ["DemoResult", "SlackMessage", "print_thread", "render_thread", "run_demo"]
+__all__ = [
+    "DemoResult",
+    "SlackMessage",
+    "as_people_see",
+    "closing_lines",
+    "print_thread",
+    "render_thread",
+    "run_demo",
+]

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from adapters.github.markdown import title_for_github, to_github
 from adapters.slack.mrkdwn import to_mrkdwn
 from runtime.evidence import EvidenceItem, Strength
@@ -96,3 +99,48 @@ def test_slack_rendering_keeps_only_allowed_users_live_when_an_allow_list_is_set
     assert "`&lt;@U123&gt;`" in text  # code stays code
     assert "&lt;!channel&gt;" in text and "&lt;!here&gt;" in text
     assert "&lt;!subteam^S1&gt;" in to_mrkdwn("<!subteam^S1>", allowed=("S1", "U123"))
+
+
+def test_slack_rendering_follows_the_markdown_structure() -> None:
+    source = (
+        "# Fix for **calc**\n"
+        "- one\n  - nested `<!here>`\n\n- after a blank line\n"
+        "1. first\n2. second\n\n"
+        "> quoted <!channel>\n\n"
+        "    indented code *stays*\n\n"
+        "&lt;@U123&gt; is already text; <https://auto.example> autolinks\n"
+    )
+    assert to_mrkdwn(source) == (
+        "*Fix for calc*\n"
+        "• one\n  • nested `&lt;!here&gt;`\n\n• after a blank line\n"
+        "1. first\n2. second\n\n"
+        "&gt; quoted &lt;!channel&gt;\n\n"
+        "```\nindented code *stays*\n```\n\n"
+        "&lt;@U123&gt; is already text; "
+        "<https://auto.example|https://auto.example> autolinks\n"
+    )
+
+
+def test_slack_link_labels_are_plain_escaped_text_that_cannot_end_the_link() -> None:
+    text = to_mrkdwn("[**a|b** <!here>](https://x.example/a|b>c)")
+    assert text == "<https://x.example/a%7Cb%3Ec|a¦b &lt;!here&gt;>"
+    assert to_mrkdwn("[t](JavaScript:alert(1))") == "t (JavaScript:alert(1))"
+
+
+def test_an_allowed_mention_stays_live_where_markdown_sees_html() -> None:
+    # A line starting with "<!" is an HTML block to CommonMark; it is still text here.
+    text = to_mrkdwn("<!channel> <@U1> and <@U2>: fixed", allowed=("U2",))
+    assert text == "&lt;!channel&gt; &lt;@U1&gt; and <@U2>: fixed"
+    assert to_mrkdwn("<b><@U2></b>", allowed=("U2",)) == "&lt;b&gt;<@U2>&lt;/b&gt;"
+
+
+_OURS = re.compile(r"<(?:https?://|mailto:)[^<>|\s]*\|[^<>]*>|<@U2>")
+
+
+@given(st.text(alphabet="ab <>&@!|*_~`[]()#->\n:/.U2\\h", max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_whatever_the_markdown_slack_sees_only_our_links_and_allowed_mentions(
+    source: str,
+) -> None:
+    text = to_mrkdwn(source.replace("h", "https://x.example/"), allowed=("U2",))
+    assert "<" not in _OURS.sub("", text) and ">" not in _OURS.sub("", text)

@@ -203,8 +203,14 @@ def verdict(finished: Finished, timeout_s: float) -> str:
 
 
 def test_evidence(run: CommandRun, command: str, finished: Finished) -> EvidenceItem | None:
-    counts = junit_counts(run.workspace, command) or parse_test_output(
-        read_bounded(run.log_path("stdout"), 64 * 1024)
+    # unittest prints its summary on stderr; pytest and the JUnit-style runners on stdout.
+    counts = junit_counts(run.workspace, command) or next(
+        (
+            found
+            for stream in ("stdout", "stderr")
+            if (found := parse_test_output(read_bounded(run.log_path(stream), 64 * 1024)))
+        ),
+        None,
     )
     if counts is None and not looks_like_test_command(command):
         return None

@@ -21,6 +21,7 @@ from tests.integration.test_openai_provider import CompletionsServer, completion
 __all__ = ["running_server"]  # the stand-in's fixture, shared
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+SHOWN = "python -m pytest -q -p no:cacheprovider"  # as evidence names it: no host path
 FIXED = "def add(a, b):\n    return a + b\n"
 
 
@@ -84,7 +85,7 @@ def _assert_fixed(done: subprocess.CompletedProcess[str], root: Path) -> None:
     assert "you: fix the failing test" in out and "keel: ⏳" in out
     assert "  · tool run_command: ok" in out and "  · tool git_commit: ok" in out
     reply = out[out.index("Fixed: add() subtracted"):]
-    assert f"`{PYTEST}` exit 1, 1 failed" in reply and f"`{PYTEST}` exit 0, 1 passed" in reply
+    assert f"`{SHOWN}` exit 1, 1 failed" in reply and f"`{SHOWN}` exit 0, 1 passed" in reply
     assert "Commit " in reply and out.rstrip().endswith("succeeded")
     assert out.count("Fixed: add() subtracted") == 1  # the reply printed once
     assert "return a - b" in (root / "shop" / "calc.py").read_text()  # the original is as it was

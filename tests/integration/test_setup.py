@@ -51,6 +51,7 @@ CONFTEST = (
 )
 TEST = "import keelprobe\n\n\ndef test_probe():\n    assert keelprobe.VALUE == 42\n"
 PYTEST = f"{PY} -m pytest -q -p no:cacheprovider"
+SHOWN = "python -m pytest -q -p no:cacheprovider"  # as evidence names it: no host path
 SETUP_SECRET = "setup-only-s3cr3t-value"
 AGENT_SECRET = "agent-visible-t0ken-value"
 
@@ -184,7 +185,7 @@ async def test_python_setup_then_tests_pass_then_cache_restores_then_lockfile_re
         assert tests["exit_code"] == 0 and tests["passed"] == 1
         assert first.status is TaskStatus.succeeded
         body = await reply(keel, first)
-        assert f"`{PYTEST}` exit 0" in body and "Setup: `set -e;" in body
+        assert f"`{SHOWN}` exit 0" in body and "Setup: `set -e;" in body
         page = await task_page(keel, first)
         assert "Setup: <code>" not in page and "Setup: `set -e;" in page
         assert "setup output (last lines)" in page and "installed-keelprobe" in page

@@ -26,6 +26,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from routing.locks import ObjectiveLocks
 from routing.notes import refused_text, unverified_text
 from routing.permissions import CachedPermissions, with_permission
 from routing.policy import permits
@@ -95,7 +96,7 @@ class HeldDeliveries:
         self.max_in_flight = max_in_flight
         self.wake = asyncio.Event()  # set when a delivery is held or one in flight ends
         self._in_flight: dict[str, asyncio.Task[None]] = {}
-        self._reply_locks: dict[str, asyncio.Lock] = {}
+        self._reply_locks = ObjectiveLocks()  # one per thread and reply, gone when released
 
     async def take(
         self, signal: Signal, event: str, delivery_id: str, payload: dict[str, Any]
@@ -144,8 +145,8 @@ class HeldDeliveries:
         if room <= 0:
             return
         now = self.clock.now()
-        limit = room + len(self._in_flight)
-        held = await self.db.run(lambda s: store.due(s, now, limit))
+        # Those in flight are still due (held until resolved): read past them.
+        held = await self.db.run(lambda s: store.due(s, now, self.max_in_flight))
         for item in held:
             if item.delivery_id in self._in_flight or room <= 0:
                 continue
@@ -209,7 +210,7 @@ class HeldDeliveries:
     ) -> None:
         attempts = held.attempts + 1 if count else held.attempts
         delays = self.retry_delays_s or (1.0,)
-        delay = delays[min(attempts - 1 if count else attempts, len(delays) - 1)]
+        delay = delays[min(held.attempts, len(delays) - 1)]  # the n-th retry waits delays[n]
         next_at = self.clock.now() + timedelta(seconds=delay)
         text = f"{type(error).__name__}: {error}"
         await self.db.run(
@@ -232,8 +233,7 @@ class HeldDeliveries:
         else:
             return
         # Two requests of one person in one thread resolve at once: one reply between them.
-        lock = self._reply_locks.setdefault(f"{thread}:{key}", asyncio.Lock())
-        async with lock:
+        async with self._reply_locks.hold([f"{thread}:{key}"]):
             try:
                 if await self.surface.find_post(thread, key=key) is not None:
                     return

@@ -140,6 +140,18 @@ class BudgetEnd:
     outcome: BudgetOutcome
     summary: str
 
+    def to_json(self) -> dict[str, object]:
+        return {"outcome": self.outcome, "summary": self.summary}
+
+    @classmethod
+    def from_json(cls, value: object) -> BudgetEnd | None:
+        if not isinstance(value, dict):
+            return None
+        # Anything but a stop reads back as exhausted: an ended budget is never a success.
+        stopped = value.get("outcome") == "budget_stopped"
+        outcome: BudgetOutcome = "budget_stopped" if stopped else "budget_exhausted"
+        return cls(outcome, str(value.get("summary", "")))
+
 
 @dataclass(frozen=True, slots=True)
 class RunState:
@@ -220,9 +232,7 @@ class RunState:
         if self.budget_ask is not None:
             found["budget_ask"] = self.budget_ask.to_json()
         if self.budget_ended is not None:
-            found["budget_ended"] = {
-                "outcome": self.budget_ended.outcome, "summary": self.budget_ended.summary
-            }
+            found["budget_ended"] = self.budget_ended.to_json()
         return found
 
     @classmethod
@@ -250,7 +260,7 @@ class RunState:
             context_overflows=_overflows(data.get("context_overflows")),
             budget_grants=int(data.get("budget_grants", 0)),
             budget_ask=BudgetAsk.from_json(data.get("budget_ask")),
-            budget_ended=_budget_end(data.get("budget_ended")),
+            budget_ended=BudgetEnd.from_json(data.get("budget_ended")),
         )
 
 
@@ -281,15 +291,6 @@ def _overflows(value: Any) -> tuple[int, int] | None:
     if not isinstance(value, dict):
         return None
     return int(value.get("turn", 0)), int(value.get("count", 0))
-
-
-def _budget_end(value: Any) -> BudgetEnd | None:
-    if not isinstance(value, dict):
-        return None
-    # Anything but a stop reads back as exhausted: an ended budget is never a success.
-    stopped = value.get("outcome") == "budget_stopped"
-    outcome: BudgetOutcome = "budget_stopped" if stopped else "budget_exhausted"
-    return BudgetEnd(outcome, str(value.get("summary", "")))
 
 
 def _failure(value: Any) -> Failure | None:

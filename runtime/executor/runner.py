@@ -94,7 +94,7 @@ class Runner:
         extra = {"task_id": task.task_id, "phase": transition.phase}
         if run.phase == FIRST_PHASE and run.turn == 0:
             log.info("task %s: started (agent %s)", task.task_id, task.agent, extra=extra)
-        if transition.phase == "done":
+        if transition.phase == "done" and run.phase != "done":  # a re-tick of done: said
             final = await self.ctx.db.read(lambda s: q.get_task(s, task.task_id))
             status = final.status.value if final is not None else "gone"
             summary = str((final.result or {}).get("summary", "")) if final is not None else ""

@@ -352,15 +352,6 @@ def active_descendants(session: Session, task: Task) -> list[Task]:
     return found
 
 
-def active_by_objective(session: Session, objective_key: str) -> list[Task]:
-    query = (
-        select(TaskRow)
-        .where(TaskRow.objective_key == objective_key, TaskRow.status.not_in(_TERMINAL_NAMES))
-        .order_by(TaskRow.created_at.desc())
-    )
-    return [to_task(row) for row in session.scalars(query)]
-
-
 def latest_by_objective(session: Session, objective_key: str) -> Task | None:
     query = (
         select(TaskRow)

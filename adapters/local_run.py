@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from adapters.terminal import TerminalSurface, terminal_thread
 from runtime.config import RepositoryConfig
 from runtime.store import executions, outbox, tool_calls
 from runtime.store.records import Task, TaskSpec, TaskStatus
+from runtime.workspace.git import git_command
 
 Echo = Callable[[str], None]
 
@@ -47,7 +50,7 @@ class RunRefused(Exception):
 class Repository:
     key: str
     config: RepositoryConfig
-    note: str | None = None  # said before the run starts (uncommitted changes left out)
+    note: str | None = None  # said before the run starts (uncommitted changes stay out)
 
 
 def repository(source: str) -> Repository:
@@ -56,9 +59,9 @@ def repository(source: str) -> Repository:
     if path.exists():
         return _local(path.resolve())
     if "://" in source or source.startswith("git@"):
-        name = source.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
+        last = source.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
         ref = _remote_head(source)
-        return Repository(f"local/{name or 'repository'}", RepositoryConfig(url=source, ref=ref))
+        return Repository(_name(last, source), RepositoryConfig(url=source, ref=ref))
     raise RunRefused(f"--repo {source!r}: no such folder, and not a URL git can clone")
 
 
@@ -68,13 +71,18 @@ def _local(path: Path) -> Repository:
     ref = _git(path, "symbolic-ref", "--short", "HEAD")
     if ref is None:
         raise RunRefused(f"--repo {path}: HEAD is not on a branch; check one out first")
-    dirty = _git(path, "status", "--porcelain", "--untracked-files=no")
-    note = (
-        f"note: uncommitted changes in {path} are not part of the task's checkout"
-        if dirty else None
-    )
-    name = path.name.removesuffix(".git")
-    return Repository(f"local/{name}", RepositoryConfig(url=path.as_uri(), ref=ref), note)
+    # Said whether or not there are any: finding out would mean ``git status`` in a folder
+    # whose config may name an fsmonitor or a filter to run (it may be a task's checkout).
+    note = f"note: the task starts from {ref}'s last commit; uncommitted changes stay out"
+    url = path.as_uri()
+    return Repository(_name(path.name, url), RepositoryConfig(url=url, ref=ref), note)
+
+
+def _name(last: str, where: str) -> str:
+    """``local/<last part>-<digest of where>``: two folders or URLs that end alike never share
+    a name, so never an environment cache entry (they are keyed by repository)."""
+    stem = re.sub(r"[^\w.-]", "-", last.removesuffix(".git")) or "repository"
+    return f"local/{stem}-{hashlib.sha256(where.encode()).hexdigest()[:10]}"
 
 
 def _remote_head(url: str) -> str:
@@ -87,10 +95,14 @@ def _remote_head(url: str) -> str:
 
 
 def _git(path: Path | None, *args: str) -> str | None:
+    """Keel's hardened git (no hooks, no fsmonitor, no system or global config): the folder
+    may be anyone's, a task's checkout included, whose ``.git`` a sandboxed command wrote."""
     where = ["-C", str(path)] if path is not None else []
+    command = git_command([*where, *args])
     try:
         done = subprocess.run(
-            ["git", *where, *args], capture_output=True, text=True, timeout=60, check=False
+            command.argv, env=dict(command.env), capture_output=True, text=True, timeout=60,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -178,3 +178,29 @@ def test_bad_request_exits_2_with_the_reason_and_runs_nothing(tmp_path: Path) ->
     missing = _run(tmp_path, config)
     assert missing.returncode == 2 and "no such folder" in missing.stderr
     assert not (tmp_path / "workspaces").exists()
+
+
+def test_a_folders_git_config_runs_nothing_and_alike_names_stay_apart(tmp_path: Path) -> None:
+    """The folder may be a task's own checkout, whose .git a sandboxed command wrote: Keel's
+    look at it runs no fsmonitor and no hook. Two folders (or URLs) ending alike get names of
+    their own, so they never share an environment cache entry."""
+    from adapters.local_run import repository
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    repo = _repo(tmp_path / "a")
+    planted = tmp_path / "planted"
+    for key in ("core.fsmonitor", "core.hooksPath"):
+        value = f"touch {planted}; false" if key == "core.fsmonitor" else str(tmp_path)
+        subprocess.run(["git", "config", key, value], cwd=repo, check=True)
+    (tmp_path / "post-checkout").write_text(f"#!/bin/sh\ntouch {planted}\n")
+    (repo / "calc.py").write_text("changed, not committed\n")
+
+    found = repository(str(repo))
+    twin = repository(str(_repo(tmp_path / "b")))
+
+    assert not planted.exists()
+    assert found.note is not None and "uncommitted changes stay out" in found.note
+    assert found.key.startswith("local/shop-") and twin.key.startswith("local/shop-")
+    assert found.key != twin.key
+    assert repository(str(repo)).key == found.key  # stable for the same folder

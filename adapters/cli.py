@@ -266,9 +266,10 @@ def run_task(
     task. Exit codes: 0 succeeded, 1 ended otherwise, 2 bad request, 3 stopped with Ctrl-C.
     """
     from adapters.local_run import run_command
+    from adapters.terminal import terminal_echo
 
     config = _load(config_path)
-    raise typer.Exit(run_command(config, text, repo, agent, database_url, typer.echo))
+    raise typer.Exit(run_command(config, text, repo, agent, database_url, terminal_echo))
 
 
 @cli_tasks.tasks_app.command("ls")

@@ -13,22 +13,25 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from adapters.config import AppConfig
 from adapters.emulators.webhooks import sign_github, sign_slack
 from adapters.spend import spend_text, with_spend
+from adapters.terminal import printable, terminal_echo
 from runtime.config import redact_url
 from runtime.scheduler import Scheduler
 from runtime.store import views
 from runtime.store.engine import Database, missing_sqlite_file, resolve_url
 from runtime.store.migrate import is_current
 from runtime.store.records import TaskStatus
+
+if TYPE_CHECKING:  # Rich is imported when a table is drawn, not by every keel command
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 tasks_app = typer.Typer(help="Inspect and stop tasks.")
 JsonFlag = Annotated[
@@ -79,7 +82,17 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+def _cell(text: str) -> Text:
+    """Text others wrote, as a table cell: never read as Rich markup (``[link=…]``, ``[/x]``),
+    and no terminal codes."""
+    from rich.text import Text
+
+    return Text(printable(text))
+
+
 def _console() -> Console:
+    from rich.console import Console
+
     # Not a terminal (a pipe, a test): no colour codes, and lines as long as the rows need
     # (Rich would otherwise fit them in 80 columns).
     wide = None if sys.stdout.isatty() else 10_000
@@ -95,6 +108,9 @@ def _print(table: Table, console: Console | None = None) -> None:
 
 
 def _table(*columns: str) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in columns:
         table.add_column(column, no_wrap=True, overflow="ellipsis")
@@ -125,7 +141,7 @@ def list_tasks(config: AppConfig, status: str | None, limit: int, as_json: bool 
     table = _table("TASK", "STATUS", "CREATED", "MESSAGE")
     for task in page.tasks:
         first = task.message.splitlines()[0][:60] if task.message else ""
-        table.add_row(task.task_id, task.status.value, _when(task.created_at), first)
+        table.add_row(task.task_id, task.status.value, _when(task.created_at), _cell(first))
     _print(table)
 
 
@@ -142,7 +158,7 @@ def show_task(config: AppConfig, task_id: str, as_json: bool = False) -> None:
         return
     task = detail.task
     typer.echo(f"task {task.task_id}  {task.status.value}  agent {task.agent}")
-    typer.echo(f"  message: {task.message}")
+    terminal_echo(f"  message: {task.message}")
     typer.echo(f"  model usage: {spend_text(spent.task)}")
     if len(detail.tree) > 1:
         typer.echo(f"  tree usage: {spend_text(spent.tree)}")
@@ -161,16 +177,16 @@ def show_task(config: AppConfig, task_id: str, as_json: bool = False) -> None:
     for call in detail.tool_calls:
         late = str(call.late_reports) if call.late_reports else ""
         outcome = call.outcome or call.dispatch_state
-        calls.add_row(f"t{call.turn}.{call.idx}", call.name, outcome, late)
+        calls.add_row(f"t{call.turn}.{call.idx}", _cell(call.name), _cell(outcome), late)
     sections.append(("tool calls:", calls, len(detail.tool_calls)))
     mailbox = _table("#", "MESSAGE", "INCORPORATED")
     for message in detail.mailbox:
         seen = _when(message.incorporated_at) if message.incorporated_at else "not yet"
-        mailbox.add_row(str(message.seq), repr(message.text[:60]), seen)
+        mailbox.add_row(str(message.seq), _cell(repr(message.text[:60])), seen)
     sections.append(("mailbox:", mailbox, len(detail.mailbox)))
     evidence = _table("EVIDENCE", "REF", "STRENGTH")
     for item in detail.evidence:
-        evidence.add_row(item.kind, item.ref, str(item.strength))
+        evidence.add_row(item.kind, _cell(item.ref), str(item.strength))
     sections.append(("evidence:", evidence, len(detail.evidence)))
     for title, table, rows in sections:
         typer.echo(title)
@@ -178,7 +194,7 @@ def show_task(config: AppConfig, task_id: str, as_json: bool = False) -> None:
             _print(table, console)
     typer.echo("replies:")
     for post in detail.outbox:
-        typer.echo(f"  {_post_line(post)}")
+        terminal_echo(f"  {_post_line(post)}")
 
 
 def _detail_json(detail: views.TaskDetail, spent: Any) -> dict[str, Any]:
@@ -310,9 +326,9 @@ def _show_entry(entry: Any, as_json: bool) -> None:
     clipped = [line[:TAIL_WIDTH] + ("…" if len(line) > TAIL_WIDTH else "") for line in lines]
     more = len(lines) - TAIL_LINES
     body = clipped[:TAIL_LINES] + ([f"… {more} more lines"] if more > 0 else [])
-    typer.echo(f"{_when(entry.created_at)[11:]} {head}: {body[0]}")
+    terminal_echo(f"{_when(entry.created_at)[11:]} {head}: {body[0]}")
     for line in body[1:]:
-        typer.echo(f"    {line}")
+        terminal_echo(f"    {line}")
 
 
 def replay(config: AppConfig, path: Path, url: str) -> None:

@@ -7,8 +7,11 @@ printed before. An edit prints only when the text changed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from itertools import count
+
+import typer
 
 from runtime.surfaces import Action
 from runtime.threads import LocalThread, ThreadRef
@@ -62,3 +65,18 @@ class TerminalSurface:
 def _block(who: str, text: str) -> str:
     lines = text.splitlines() or [""]
     return "\n".join([f"{who}: {lines[0]}", *(f"  {line}" for line in lines[1:])])
+
+
+# C0 and C1 control characters but newline and tab: an escape sequence in a command's output
+# or a model's reply could set the window title, write the clipboard (OSC 52) or redraw lines.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal may show it: control characters become ``�``."""
+    return _CONTROL.sub("\ufffd", text)
+
+
+def terminal_echo(text: str) -> None:
+    """``typer.echo`` for text others wrote (tasks, replies, command output)."""
+    typer.echo(printable(text))

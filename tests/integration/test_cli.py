@@ -47,6 +47,21 @@ def _keel(*args: str, db_url: str | None, cwd: Path) -> subprocess.CompletedProc
     )
 
 
+async def test_task_text_is_shown_as_written_never_as_markup_or_terminal_codes(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A request is anyone's text: Rich markup in it is printed, not read (``[/x]`` used to
+    stop ``keel tasks ls``), and an escape sequence never reaches the terminal."""
+    db = Database.from_url(db_url)
+    task = await schedule_task(db, message="fix [/x] and [link=https://evil.example]me[/link]\x1b]52;c;cHduZWQ=\x07")
+    listed = _keel("tasks", "ls", db_url=db_url, cwd=tmp_path)
+    shown = _keel("tasks", "show", task.task_id, db_url=db_url, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "[/x]" in listed.stdout and "[link=" in listed.stdout
+    assert shown.returncode == 0 and "[/x]" in shown.stdout
+    assert "\x1b" not in listed.stdout + shown.stdout and "\x07" not in shown.stdout
+
+
 async def test_tasks_commands_list_show_and_cancel_when_a_task_exists(
     db_url: str, tmp_path: Path
 ) -> None:

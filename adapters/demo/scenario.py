@@ -14,7 +14,6 @@ sent as an envelope that must be acknowledged, as Slack does for a Keel behind a
 from __future__ import annotations
 
 import asyncio
-import re
 import shlex
 import shutil
 import sys
@@ -35,6 +34,7 @@ from adapters.emulators.server import RunningServer, serve
 from adapters.emulators.slack import SlackMessage, SlackState, create_slack_app
 from adapters.emulators.slack_socket import SocketHub
 from adapters.emulators.webhooks import deliver, sign_slack
+from adapters.slack.markup import plain_text
 from adapters.web.app import create_app
 from runtime.store import executions, tool_calls
 from runtime.store import tasks as q
@@ -61,7 +61,6 @@ class DemoResult:
     ok: bool
     task_id: str | None
     thread: list[str]
-    ui_url: str | None
     problems: list[str] = field(default_factory=list)
     slack: SlackState | None = None
     github: GitHubState | None = None
@@ -216,17 +215,9 @@ def _play_ci(github: GitHubState, started: dict[str, float]) -> None:
             github.set_checks(REPO, sha, [("tests", "success"), ("lint", "success")])
 
 
-_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^<>]*)?>")
-
-
 def as_people_see(slack: SlackState, text: str) -> str:
     """A message as Slack shows it: ``<@U0KEELBOT1>`` reads ``@keel``, each user by name."""
-
-    def name(match: re.Match[str]) -> str:
-        user = slack.users.get(match[1])
-        return f"@{user.name}" if user else match[0]
-
-    return _MENTION.sub(name, text)
+    return plain_text(text, {user_id: user.name for user_id, user in slack.users.items()})
 
 
 def render_thread(slack: SlackState, root_ts: str) -> list[str]:
@@ -323,7 +314,7 @@ async def run_demo(
     """Run the scenario; ``inspect(keel_url, task_id)`` runs before Keel shuts down."""
     missing = missing_prerequisites()
     if missing:
-        return DemoResult(False, None, [], None, missing)
+        return DemoResult(False, None, [], missing)
     workdir.mkdir(parents=True, exist_ok=True)
     db_url = db_url or f"sqlite:///{workdir / 'keel.db'}"
     bare = create_sample_repo(workdir / "origin")
@@ -409,8 +400,7 @@ async def _drive(
     problems = _check(slack, root_ts, posts) if task_id else ["no task was created"]
     if problems:
         problems += _why_failed(ended, calls)
-    ui = f"{keel_url}/ui/tasks/{task_id}" if task_id else None
-    return DemoResult(not problems, task_id, thread, ui, problems, slack, github)
+    return DemoResult(not problems, task_id, thread, problems, slack, github)
 
 
 async def _posts(db: Database, task_id: str) -> list[Any]:

@@ -8,8 +8,7 @@ Fakes sit only at routing's own ports: the permission source, the reader and the
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -30,6 +29,7 @@ from runtime.scheduler import Scheduler
 from runtime.store.engine import Database
 from runtime.store.models import GitHubInboxRow, SignalRow
 from runtime.threads import GitHubIssue
+from tests.harness import until
 from tests.integration.test_outbox import FakeSurface
 
 REPO = "acme/api"
@@ -133,13 +133,6 @@ async def _decisions(database: Database) -> list[tuple[str, str | None]]:
     return sorted((r.decision, r.reason) for r in rows)
 
 
-async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 @asynccontextmanager
 async def _running(router: Router, held: HeldDeliveries | None) -> AsyncIterator[None]:
     stopping = asyncio.Event()
@@ -159,7 +152,7 @@ async def _route_all(
     async with _running(router, held):
         for delivery_id, login, comment in also:
             await held.hold("issue_comment", delivery_id, {"login": login, "comment": comment})
-        await _until(lambda: _nothing_held(database))
+        await until(lambda: _nothing_held(database))
 
 
 async def test_held_deliveries_are_routed_by_the_intake_loop_and_refusals_answered_once(
@@ -204,7 +197,7 @@ async def test_stopping_leaves_a_lookup_in_flight_held_and_a_loop_without_the_st
 
     async with _running(router, held):
         await held.hold("issue_comment", "d-sam", {"login": "sam", "comment": 5})
-        await _until(lambda: _asked(permissions, ["sam"]))
+        await until(lambda: _asked(permissions, ["sam"]))
     permissions.stuck.clear()
     async with _running(router, None):  # keel worker: pending plans only
         await asyncio.sleep(0.2)

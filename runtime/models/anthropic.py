@@ -48,7 +48,7 @@ from runtime.models.faults import (
     connection_failure,
     describe_body,
     error_text,
-    sdk_http_client,
+    sdk_options,
 )
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -114,12 +114,7 @@ class AnthropicProvider:
 
     def _client(self) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
-            api_key=self._api_key,
-            base_url=self.base_url,
-            timeout=self._timeout_s,
-            max_retries=0,
-            default_headers={"User-Agent": "keel-bot"},
-            http_client=sdk_http_client(self._transport, self._timeout_s),
+            api_key=self._api_key, **sdk_options(self.base_url, self._timeout_s, self._transport)
         )
 
     async def _attempt(

@@ -214,6 +214,20 @@ def sdk_http_client(
     return httpx2.AsyncClient(transport=borrowed, timeout=timeout_s, follow_redirects=False)
 
 
+def sdk_options(
+    base_url: str, timeout_s: float, transport: httpx2.AsyncBaseTransport | None
+) -> dict[str, Any]:
+    """What either SDK's client is built with: retries are Keel's (``max_retries=0``), the
+    HTTP client follows no redirect, and the caller's transport stays the caller's."""
+    return {
+        "base_url": base_url,
+        "timeout": timeout_s,
+        "max_retries": 0,
+        "default_headers": {"User-Agent": "keel-bot"},
+        "http_client": sdk_http_client(transport, timeout_s),
+    }
+
+
 def refused(status: int, detail: str, model: str) -> Permanent:
     """The Keel error for a refusal no retry gets past: a rejected key, a full window, or
     anything else the server said no to (``detail`` is already fit for people)."""

@@ -34,7 +34,7 @@ from runtime.models.faults import (
     Wording,
     answered,
     connection_failure,
-    sdk_http_client,
+    sdk_options,
     server_message,
 )
 from runtime.models.openai_wire import (
@@ -131,14 +131,8 @@ class OpenAIProvider:
         self._dropped.add(named[0])
 
     def _client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            api_key=self._api_key or _NO_KEY,
-            base_url=self.base_url,
-            timeout=self._timeout_s,
-            max_retries=0,
-            default_headers={"User-Agent": "keel-bot"},
-            http_client=sdk_http_client(self._transport, self._timeout_s),
-        )
+        options = sdk_options(self.base_url, self._timeout_s, self._transport)
+        return openai.AsyncOpenAI(api_key=self._api_key or _NO_KEY, **options)
 
     async def _attempt(
         self, client: openai.AsyncOpenAI, body: dict[str, Any]

@@ -24,12 +24,10 @@ the wrapper, and the proxy also exits by itself once its wrapper is gone.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shlex
-import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,7 +42,7 @@ from runtime.workspace.egress import (
     read_refused,
     write_allowlist,
 )
-from runtime.workspace.process import descendants, run_process
+from runtime.workspace.process import kill_below, run_process
 from runtime.workspace.sandbox import Sandbox, host_program
 from runtime.workspace.state import WorkspaceState, ensure_real_dir
 
@@ -281,15 +279,10 @@ def kill_tree(pid: int) -> None:
     The group holds the command, bubblewrap and the sandbox (bubblewrap runs without
     ``--new-session``); the walk also reaches what left the group (``setsid`` in a command,
     a sandbox in its own session, the egress proxy), as long as it has not been orphaned yet.
-    The tree is read before anything dies, because a killed parent's children are reparented
-    out of it.
+    ``kill_below`` freezes all of it before anything dies, because a killed parent's children
+    are reparented out of the tree.
     """
-    below = descendants(pid)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    for child in below:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGKILL)
+    kill_below(pid, group=True)
 
 
 def wrapper_alive(run: CommandRun, pid: int) -> bool:

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,22 +280,62 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
-def kill_below(pid: int) -> None:
-    """SIGKILL ``pid`` and every process below it: a sandbox's processes are below bubblewrap,
-    and a killed bubblewrap alone would leave them running. The tree is frozen first: each
-    process is stopped (a stopped process cannot fork) and the tree read again until a read
-    finds no process that is not stopped yet, so a child forked while the tree was being read
-    is not missed; then all are killed (a killed parent's children would be reparented out of
-    the tree, so none is killed before the tree is complete)."""
+def kill_below(pid: int, *, group: bool = False) -> None:
+    """SIGKILL ``pid`` and every process below it (and, with ``group``, its process group): a
+    sandbox's processes are below bubblewrap, and a killed bubblewrap alone would leave them
+    running.
+
+    The tree is frozen first, and only then killed: a killed parent's children are reparented
+    out of the tree, so none is killed before the tree is complete. Freezing is SIGSTOP to
+    each process, then a wait until each one *is* stopped, then the tree is read again, until
+    a read finds nothing new. The wait matters: SIGSTOP is only delivered when its target
+    returns to user space, and since Linux 5.0 a fork under way when the signal arrives still
+    completes, so a process sent SIGSTOP may add one more child before it stops. Once it shows
+    as stopped, every child it made is in ``/proc``.
+    """
     frozen: list[int] = []
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGSTOP)
     while new := [p for p in [pid, *descendants(pid)] if p not in frozen]:
         for target in new:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(target, signal.SIGSTOP)
             frozen.append(target)
+        _until_stopped(new)
     for target in frozen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, signal.SIGKILL)
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+_STOPPED = frozenset("TtZX")
+
+
+def _until_stopped(pids: Sequence[int], within_s: float = 2.0) -> None:
+    """Wait (briefly, bounded) until each of ``pids`` is stopped, a zombie or gone. A process
+    in uninterruptible sleep may take longer than ``within_s``; then it is killed unfrozen,
+    which is what happened before this wait existed."""
+    deadline = time.monotonic() + within_s
+    pause = 0.0005
+    waiting = list(pids)
+    while waiting and time.monotonic() < deadline:
+        waiting = [p for p in waiting if _state(p) not in _STOPPED]
+        if waiting:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+
+def _state(pid: int) -> str:
+    """The one-letter state of ``pid`` ("X" once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "X"
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0] if fields else "X"
 
 
 def descendants(pid: int) -> list[int]:

@@ -27,7 +27,7 @@ from runtime.execution import BudgetAsk, BudgetEnd, Limit
 from runtime.executor import brief, fitting, wip
 from runtime.executor.context import ExecutorContext, Transition, Write, goto
 from runtime.reporting import stop_action
-from runtime.store import executions, ledger, outbox, transcripts, usage
+from runtime.store import executions, ledger, links, outbox, transcripts, usage
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
 from runtime.store.records import MailboxMessage, Task
@@ -54,7 +54,7 @@ async def check(
     if reached is None:
         return None
     entries = await ctx.db.read(lambda s: transcripts.transcript(s, task.task_id))
-    saved = await wip.save_work(task, ctx, grants)
+    saved = await wip.save_work(task, ctx, wip.budget_ending(grants))
     until = ctx.clock.now() + timedelta(seconds=limits.budget_answer_s)
     progress = progress_text(spent, entries)
     if saved is not None:
@@ -66,6 +66,7 @@ async def check(
     def post(session: Transaction) -> None:
         for item in saved.evidence if saved is not None else ():
             ledger.add_evidence(session, task.task_id, task.root_id, None, item, now)
+            links.record_evidence(session, task.task_id, task.root_id, item, now)
         if task.origin_thread_ref is not None and task.parent_id is None:
             outbox.enqueue_post(
                 session,

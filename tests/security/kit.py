@@ -623,7 +623,7 @@ async def save_work_in(db_url: str, ws: Path, commit: Tool, push: Tool) -> str:
     from runtime.clock import SystemClock
     from runtime.config import AgentConfig
     from runtime.executor.context import ExecutorContext
-    from runtime.executor.wip import save_work
+    from runtime.executor.wip import budget_ending, save_work
     from runtime.models.scripted import ScriptedProvider
     from runtime.scheduler import Scheduler
     from runtime.store.engine import Database
@@ -651,7 +651,7 @@ async def save_work_in(db_url: str, ws: Path, commit: Tool, push: Tool) -> str:
             workspace_for=workspace_for,
         )
         async with asyncio.timeout(TOOL_TIMEOUT_S):
-            saved = await save_work(task, ctx, 1)
+            saved = await save_work(task, ctx, budget_ending(1))
     finally:
         db.close()
     return "nothing saved" if saved is None else saved.note

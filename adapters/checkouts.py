@@ -1,5 +1,6 @@
 """Which checkout a task works in: its root task's repository, cloned once per task tree
-(on its pull request's branch when the task began on a pull request a task opened).
+(on its pull request's branch when the task began on a pull request a task opened, or on
+the branch the task it follows handed on).
 
 A task's root names its repository (``owner/name``). A GitHub repository the App (or token)
 reaches is cloned on demand from its clone URL with that installation's token, when the
@@ -19,6 +20,7 @@ from typing import Protocol
 
 from runtime.config import RepositoryConfig
 from runtime.errors import KeelError, Permanent
+from runtime.executor import handover
 from runtime.scheduler import Scheduler
 from runtime.store import links
 from runtime.store.records import Task
@@ -138,15 +140,19 @@ class Checkouts:
         return [s.value.get_secret_value() for s in repo.secrets.values()] if repo else []
 
     async def _pull_branch(self, root: Task) -> str | None:
-        """A task that began on a pull request a task opened works on that pull request's
-        branch, so its pushes follow the branch instead of starting over from the default."""
+        """The branch the task's work continues on, so its pushes follow that branch (and
+        update its pull request) instead of starting over from the default: the branch of
+        the pull request a task opened when the task began on it, else the branch the task
+        it follows handed on (``runtime.executor.handover``)."""
         origin = root.origin_thread_ref
-        if not isinstance(origin, GitHubIssue):
-            return None
-        link = await self.scheduler.db.read(
-            lambda s: links.pull_link(s, origin.repo, origin.number)
-        )
-        return link.head_ref if link is not None and link.head_ref else None
+        if isinstance(origin, GitHubIssue):
+            link = await self.scheduler.db.read(
+                lambda s: links.pull_link(s, origin.repo, origin.number)
+            )
+            if link is not None and link.head_ref:
+                return link.head_ref
+        handed = await handover.handed_on(self.scheduler, root)
+        return handed.branch if handed is not None else None
 
     async def git_token(self, task_id: str, remote_url: str) -> str | None:
         """The token for the task's repository, fresh enough for the push about to happen."""

@@ -20,9 +20,19 @@ from typing import Any, Literal
 
 from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
 from runtime.execution import Activation, Failure, Limit
-from runtime.executor import approval, brief, budget, compaction, outage, setup
+from runtime.executor import (
+    approval,
+    brief,
+    budget,
+    compaction,
+    endings,
+    handover,
+    outage,
+    setup,
+    wip,
+)
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition, goto
+from runtime.executor.context import ExecutorContext, Transition, Write, goto
 from runtime.models.base import ModelRequest, ToolCallItem, ToolSpec
 from runtime.store import tasks as q
 from runtime.store import tool_calls, transcripts, usage
@@ -74,14 +84,17 @@ _ROLE_CHILD = (
 
 
 async def _earlier_work(task: Task, ctx: ExecutorContext) -> str:
-    """What the task this one follows (same objective) did, so a follow-up builds on it."""
+    """What the task this one follows (same objective) did, so a follow-up builds on it, and
+    the branch its work is on, which this task's workspace starts from and pushes to."""
     if task.follows_task_id is None:
         return ""
     earlier = await ctx.scheduler.get(task.follows_task_id)
     if earlier is None or not earlier.result:
         return ""
     summary = str(earlier.result.get("summary", "")).strip()
-    return f"Earlier work on this request (task {earlier.task_id}, {earlier.status}):\n{summary}"
+    told = f"Earlier work on this request (task {earlier.task_id}, {earlier.status}):\n{summary}"
+    handed = await handover.handed_on(ctx.scheduler, task)
+    return told if handed is None else f"{told}\n{handover.handed_text(handed)}"
 
 
 async def check_scheduler(
@@ -242,20 +255,31 @@ async def report_failure(
     if ended is not None:
         status = TaskStatus.canceled if ended.outcome == "budget_stopped" else TaskStatus.failed
         result = TaskResult(status, ended.summary, {"outcome": ended.outcome})
-        return _finish(run, task, ctx, result)
+        # Its summary already tells its progress, and its budget is spent: no account.
+        ending = wip.Ending(ended.outcome, "ended at its budget")
+        return await _hand_on(run, task, ctx, result, ending, account=False)
     if limit is not None:
         summary = f"stopped at a limit: {limit.name} ({limit.value})"
         detail: dict[str, Any] = {"outcome": f"limit:{limit.name}"}
+        ending = wip.Ending(f"limit-{limit.name}", f"stopped at its limit {limit.name}")
     elif error is not None and error.kind == outage.GAVE_UP:
-        summary = error.message
-        detail = {"outcome": "model_unavailable", "error": error.to_json()}
+        result = TaskResult(
+            TaskStatus.failed,
+            error.message,
+            {"outcome": "model_unavailable", "error": error.to_json()},
+        )
+        ending = wip.Ending("model_unavailable", "its model was unavailable")
+        return await _hand_on(run, task, ctx, result, ending, account=False)
     elif error is not None:
         summary = f"failed in {error.phase}: {error.message}"
         detail = {"outcome": "error", "error": error.to_json()}
+        ending = wip.Ending("failed", f"failed in {error.phase}")
     else:
         summary = "failed in unknown phase: "
         detail = {"outcome": "error", "error": {}}
-    return _finish(run, task, ctx, TaskResult(TaskStatus.failed, summary, detail))
+        ending = wip.Ending("failed", "failed")
+    result = TaskResult(TaskStatus.failed, summary, detail)
+    return await _hand_on(run, task, ctx, result, ending)
 
 
 async def report_stopped(
@@ -266,6 +290,7 @@ async def report_stopped(
         result = TaskResult(
             TaskStatus.timed_out, "the task passed its deadline", {"outcome": "timed_out"}
         )
+        ending = wip.Ending("timed_out", "passed its deadline")
     else:
         calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
         # Calls a stop cut short, as opposed to calls it kept from starting.
@@ -278,7 +303,23 @@ async def report_stopped(
             "ended": [{"call_id": c.call_id, "name": c.name} for c in ended],
         }
         result = TaskResult(TaskStatus.canceled, summary, detail)
-    return _finish(run, task, ctx, result)
+        ending = wip.Ending("stopped", "stopped on request")
+    return await _hand_on(run, task, ctx, result, ending)
+
+
+async def _hand_on(
+    run: Run,
+    task: Task,
+    ctx: ExecutorContext,
+    result: TaskResult,
+    ending: wip.Ending,
+    *,
+    account: bool = True,
+) -> Transition[Literal["done"]]:
+    """Finish with the work saved to the task's branch and an account of it
+    (``runtime.executor.endings``): a task that did not finish leaves it for the next."""
+    handed = await endings.hand_on(run, task, ctx, result, ending, account=account)
+    return _finish(run, task, ctx, handed.result, writes=handed.writes)
 
 
 # -- resident agents ------------------------------------------------------------------------
@@ -348,7 +389,13 @@ def _idle_result(run: Run) -> TaskResult:
 
 
 def _finish(
-    run: Run, task: Task, ctx: ExecutorContext, result: TaskResult, *, unread_guard: bool = False
+    run: Run,
+    task: Task,
+    ctx: ExecutorContext,
+    result: TaskResult,
+    *,
+    unread_guard: bool = False,
+    writes: tuple[Write, ...] = (),
 ) -> Transition[Literal["done"]]:
     """Report to the scheduler in the same transaction as ``done``; benign if already final.
 
@@ -363,9 +410,21 @@ def _finish(
             raise StaleWrite(f"task {task.task_id} got input while finishing")
         ctx.scheduler.report_result(session, task.task_id, result)
         final = stored_result(session, task, result)
-        ctx.reporter.on_finished(session, task, final)
+        ctx.reporter.on_finished(session, task, _with_saved(final, result))
 
-    return goto(run, "done", writes=(write,), after="done")
+    return goto(run, "done", writes=(*writes, write), after="done")
+
+
+def _with_saved(final: TaskResult, ours: TaskResult) -> TaskResult:
+    """The reply's result: the scheduler's, with what our ending saved when both end alike.
+
+    The deadline sweep settles a task before its run reports (``timed_out``): its stored
+    result wins, but the reply still says where the work was saved."""
+    if final is ours or final.status is not ours.status or final.summary == ours.summary:
+        return final
+    if "saved" not in ours.detail and "save_failed" not in ours.detail:
+        return final
+    return TaskResult(final.status, ours.summary, {**ours.detail, **final.detail})
 
 
 def stored_result(session: Transaction, task: Task, fallback: TaskResult) -> TaskResult:

@@ -410,21 +410,21 @@ def _finish(
             raise StaleWrite(f"task {task.task_id} got input while finishing")
         ctx.scheduler.report_result(session, task.task_id, result)
         final = stored_result(session, task, result)
-        ctx.reporter.on_finished(session, task, _with_saved(final, result))
+        if _saved_after_settled(final, result):
+            final = TaskResult(final.status, result.summary, {**result.detail, **final.detail})
+            q.settle(session, task.task_id, final, ctx.clock.now())
+        ctx.reporter.on_finished(session, task, final)
 
     return goto(run, "done", writes=(*writes, write), after="done")
 
 
-def _with_saved(final: TaskResult, ours: TaskResult) -> TaskResult:
-    """The reply's result: the scheduler's, with what our ending saved when both end alike.
-
-    The deadline sweep settles a task before its run reports (``timed_out``): its stored
-    result wins, but the reply still says where the work was saved."""
-    if final is ours or final.status is not ours.status or final.summary == ours.summary:
-        return final
-    if "saved" not in ours.detail and "save_failed" not in ours.detail:
-        return final
-    return TaskResult(final.status, ours.summary, {**ours.detail, **final.detail})
+def _saved_after_settled(final: TaskResult, ours: TaskResult) -> bool:
+    """The deadline sweep settles a task before its run ends (``timed_out``): its status
+    stands, and the run's ending adds where it saved the work (or why it could not), so the
+    reply and the task that follows both see it."""
+    if final.status is not ours.status or final.summary == ours.summary:
+        return False
+    return "saved" in ours.detail or "save_failed" in ours.detail
 
 
 def stored_result(session: Transaction, task: Task, fallback: TaskResult) -> TaskResult:

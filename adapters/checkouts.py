@@ -15,11 +15,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from runtime.config import RepositoryConfig
-from runtime.errors import KeelError, Permanent
+from runtime.errors import KeelError, NotFound, Permanent
 from runtime.executor import handover
 from runtime.scheduler import Scheduler
 from runtime.store import links
@@ -89,14 +90,22 @@ class Checkouts:
         if root is None or not key:
             return None
         override = self.repositories.get(key)
-        branch = await self._pull_branch(root)
         if override is not None:
-            spec = WorkspaceSpec(root.task_id, override.url, branch or override.ref)
+            spec = WorkspaceSpec(root.task_id, override.url, override.ref)
         elif self.host is not None and is_github_name(key) and allowed(key, self.allow):
-            spec = WorkspaceSpec(root.task_id, await self.host.clone_url(key), branch)
+            spec = WorkspaceSpec(root.task_id, await self.host.clone_url(key))
         else:
             return None
-        path = await self.workspaces.ensure(spec, await self._token(key))
+        branch = await self._pull_branch(root)
+        token = await self._token(key)
+        try:
+            path = await self.workspaces.ensure(replace(spec, ref=branch or spec.ref), token)
+        except NotFound:
+            if branch is None:
+                raise
+            # The branch is gone (its pull request merged and the branch deleted): the work
+            # goes on from the repository's own ref, as a first task's would.
+            path = await self.workspaces.ensure(spec, token)
         self._paths[task.root_id] = path
         return path
 

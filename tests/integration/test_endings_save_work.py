@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from runtime.executor.wip import COMMITTED_POINT
@@ -103,27 +104,29 @@ async def test_deadline_saves_the_uncommitted_change_and_the_reply_names_it_when
     await assert_saved_once(stack, task, "timed_out")
 
 
-async def test_max_turns_saves_the_uncommitted_change_once_when_the_limit_ends_the_task(
-    db_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("model", "limits", "outcome", "ending"),
+    [
+        (script(10), {"max_turns": 3}, "limit:max_turns", "limit-max_turns"),
+        # The script has no second turn: the model's next call fails for good.
+        (played([NOTES]), {}, "error", "failed"),
+    ],
+    ids=["max_turns", "failure"],
+)
+async def test_limit_or_failure_saves_the_uncommitted_change_once_when_it_ends_the_task(
+    db_url: str,
+    tmp_path: Path,
+    model: dict[str, Any],
+    limits: dict[str, Any],
+    outcome: str,
+    ending: str,
 ) -> None:
-    stack = endings_stack(db_url, tmp_path, script(10), max_turns=3)
+    stack = endings_stack(db_url, tmp_path, model, **limits)
     task = await schedule(stack)
     final = await stack.run_until_terminal(task.task_id)
     assert final.status is TaskStatus.failed
-    assert final.result is not None and final.result["outcome"] == "limit:max_turns"
-    await assert_saved_once(stack, task, "limit-max_turns")
-
-
-async def test_failure_saves_the_uncommitted_change_once_when_the_model_fails(
-    db_url: str, tmp_path: Path
-) -> None:
-    # The script has no second turn: the model's next call fails for good.
-    stack = endings_stack(db_url, tmp_path, played([NOTES]))
-    task = await schedule(stack)
-    final = await stack.run_until_terminal(task.task_id)
-    assert final.status is TaskStatus.failed
-    assert final.result is not None and final.result["outcome"] == "error"
-    await assert_saved_once(stack, task, "failed")
+    assert final.result is not None and final.result["outcome"] == outcome
+    await assert_saved_once(stack, task, ending)
 
 
 async def test_save_failure_is_told_in_the_reply_and_the_task_still_ends_when_push_is_refused(
@@ -142,6 +145,21 @@ async def test_save_failure_is_told_in_the_reply_and_the_task_still_ends_when_pu
     assert "could not push it" in final.result["save_failed"]
     [reply] = await stack.posts(task.task_id, "completion")
     assert "could not push it" in reply.body and "pushes are closed today" in reply.body
+
+
+@pytest.mark.parametrize("deleted", [False, True], ids=["kept", "deleted"])
+async def test_successor_checks_out_the_saved_branch_or_main_when_the_branch_was_deleted(
+    db_url: str, tmp_path: Path, deleted: bool
+) -> None:
+    stack = endings_stack(db_url, tmp_path, script(10), max_turns=3)
+    first = await schedule(stack)
+    await stack.run_until_terminal(first.task_id)
+    if deleted:  # its pull request merged, and the branch went with it
+        git(origin(tmp_path), "branch", "-D", f"keel/{first.task_id}")
+    follow = await schedule(stack, message="and the docs", follows_task_id=first.task_id)
+    ws = await stack.ctx.workspace_for(follow)
+    assert ws is not None and (ws / "README.md").is_file()
+    assert (ws / "NOTES.md").is_file() is not deleted
 
 
 async def test_kill_between_the_wip_commit_and_its_push_leaves_one_commit_pushed_when_recovered(

@@ -82,6 +82,9 @@ class OpenPullRequest(GitHubTool):
         head = branch if ":" in branch else f"{repo.split('/')[0]}:{branch}"
         pulls = await self.client.find_pulls(repo, head=head)
         matching = [p for p in pulls if p.base_ref == args["base"]] or pulls
+        # The open one is the pull request a push to the branch updates (and the one GitHub
+        # means by "already exists"); a closed one of the same head only when none is open.
+        matching = [p for p in matching if p.state == "open"] or matching
         if not matching:
             return Unknown(f"no pull request with head {head}")
         newest = max(matching, key=lambda p: p.number)

@@ -6,6 +6,7 @@ its predecessor's branch and updates its pull request (one pull request in all).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from datetime import timedelta
 from pathlib import Path
@@ -14,11 +15,18 @@ from typing import Any
 import pytest
 import yaml
 
+from adapters.config import GitHubConfig
+from adapters.emulators.github import create_github_app
+from adapters.emulators.github_state import GitHubState
+from adapters.emulators.server import serve
+from adapters.github.client import GitHubClient
+from adapters.github.tools import OpenPullRequest, fixed_repo
 from runtime.executor.wip import COMMITTED_POINT
 from runtime.scheduler import Scheduler
 from runtime.store import executions, transcripts
 from runtime.store.engine import Database
 from runtime.store.records import Task, TaskStatus
+from runtime.tools.base import Completed, ToolContext
 from tests.factories import make_spec
 from tests.harness import Stack, until
 from tests.integration.keel_live import CHANNEL, SHOP, live_keel, until_ended
@@ -192,6 +200,34 @@ async def test_kill_between_the_wip_commit_and_its_push_leaves_one_commit_pushed
 
 
 # -- a follow-up after completion, through Keel's real app ------------------------------------
+
+
+async def test_open_pull_request_returns_the_open_one_when_a_closed_one_shares_its_branch() -> None:
+    """A successor pushing to the handed-on branch and asking for its pull request gets the
+    open one, not a newer closed one of the same head."""
+    state = GitHubState()
+    state.add_token("ghp_endings", "keel-bot")
+    state.add_repo(SHOP)
+    state.set_branch(SHOP, BRANCH, "1" * 40)
+    with serve(create_github_app(state)) as server:
+        client = GitHubClient.from_config(
+            GitHubConfig(token="ghp_endings", api_url=server.url), timeout_s=5
+        )
+        tool = OpenPullRequest(client, fixed_repo(SHOP))
+        args = {**PULL["args"]}
+        numbers = []
+        for call in ("first", "second"):
+            opened = await tool.start(args, ToolContext("t-1", "t-1", call))
+            assert isinstance(opened, Completed) and not opened.is_error, opened
+            numbers.append(int(json.loads(opened.output)["number"]))
+            state.repos[SHOP].pulls[numbers[-1]].state = "closed"
+        older = min(numbers)
+        state.repos[SHOP].pulls[older].state = "open"  # reopened: the newer stays closed
+        found = await tool.start(args, ToolContext("t-2", "t-2", "third"))
+    assert isinstance(found, Completed) and not found.is_error, found
+    said = json.loads(found.output)
+    assert (said["number"], said["found_existing"]) == (older, True)
+    assert state.pulls_created(SHOP) == 2
 
 BRANCH = "keel/notes"
 PULL = {"name": "open_pull_request",

@@ -199,39 +199,11 @@ async def test_kill_between_the_wip_commit_and_its_push_leaves_one_commit_pushed
     }
 
 
-# -- a follow-up after completion, through Keel's real app ------------------------------------
-
-
-async def test_open_pull_request_returns_the_open_one_when_a_closed_one_shares_its_branch() -> None:
-    """A successor pushing to the handed-on branch and asking for its pull request gets the
-    open one, not a newer closed one of the same head."""
-    state = GitHubState()
-    state.add_token("ghp_endings", "keel-bot")
-    state.add_repo(SHOP)
-    state.set_branch(SHOP, BRANCH, "1" * 40)
-    with serve(create_github_app(state)) as server:
-        client = GitHubClient.from_config(
-            GitHubConfig(token="ghp_endings", api_url=server.url), timeout_s=5
-        )
-        tool = OpenPullRequest(client, fixed_repo(SHOP))
-        args = {**PULL["args"]}
-        numbers = []
-        for call in ("first", "second"):
-            opened = await tool.start(args, ToolContext("t-1", "t-1", call))
-            assert isinstance(opened, Completed) and not opened.is_error, opened
-            numbers.append(int(json.loads(opened.output)["number"]))
-            state.repos[SHOP].pulls[numbers[-1]].state = "closed"
-        older = min(numbers)
-        state.repos[SHOP].pulls[older].state = "open"  # reopened: the newer stays closed
-        found = await tool.start(args, ToolContext("t-2", "t-2", "third"))
-    assert isinstance(found, Completed) and not found.is_error, found
-    said = json.loads(found.output)
-    assert (said["number"], said["found_existing"]) == (older, True)
-    assert state.pulls_created(SHOP) == 2
+# -- a follow-up after completion: the same branch and pull request -------------------------
 
 BRANCH = "keel/notes"
-PULL = {"name": "open_pull_request",
-        "args": {"branch": BRANCH, "base": "main", "title": "Notes"}}
+PULL_ARGS: dict[str, Any] = {"branch": BRANCH, "base": "main", "title": "Notes"}
+PULL = {"name": "open_pull_request", "args": PULL_ARGS}
 
 
 def _turns(path: str, content: str) -> list[dict[str, Any]]:
@@ -295,3 +267,31 @@ async def test_follow_up_starts_from_the_branch_and_updates_its_pull_request_whe
     assert pull.head_ref == BRANCH
     assert '"found_existing": true' in str([e.payload for e in entries])
     assert posts
+
+
+async def test_open_pull_request_returns_the_open_one_when_a_closed_one_shares_its_branch() -> None:
+    """A successor pushing to the handed-on branch and asking for its pull request gets the
+    open one, not a newer closed one of the same head."""
+    state = GitHubState()
+    state.add_token("ghp_endings", "keel-bot")
+    state.add_repo(SHOP)
+    state.set_branch(SHOP, BRANCH, "1" * 40)
+    with serve(create_github_app(state)) as server:
+        client = GitHubClient.from_config(
+            GitHubConfig(token="ghp_endings", api_url=server.url), timeout_s=5
+        )
+        tool = OpenPullRequest(client, fixed_repo(SHOP))
+        args = dict(PULL_ARGS)
+        numbers = []
+        for call in ("first", "second"):
+            opened = await tool.start(args, ToolContext("t-1", "t-1", call))
+            assert isinstance(opened, Completed) and not opened.is_error, opened
+            numbers.append(int(json.loads(opened.output)["number"]))
+            state.repos[SHOP].pulls[numbers[-1]].state = "closed"
+        older = min(numbers)
+        state.repos[SHOP].pulls[older].state = "open"  # reopened: the newer stays closed
+        found = await tool.start(args, ToolContext("t-2", "t-2", "third"))
+    assert isinstance(found, Completed) and not found.is_error, found
+    said = json.loads(found.output)
+    assert (said["number"], said["found_existing"]) == (older, True)
+    assert state.pulls_created(SHOP) == 2

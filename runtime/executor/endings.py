@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.errors import KeelError
 from runtime.executor import budget, compaction, fitting, wip
 from runtime.executor.context import ExecutorContext, Write
 from runtime.models.base import AssistantText, ModelRequest
@@ -50,8 +49,13 @@ class HandedOn:
 
 
 async def hand_on(
-    run: Run, task: Task, ctx: ExecutorContext, result: TaskResult, ending: wip.Ending,
-    *, account: bool = True,
+    run: Run,
+    task: Task,
+    ctx: ExecutorContext,
+    result: TaskResult,
+    ending: wip.Ending,
+    *,
+    account: bool = True,
 ) -> HandedOn:
     """``result`` with the saved work and the account added; ``account=False`` when the
     summary already tells the progress (a budget's) or the model is known to be down."""
@@ -82,7 +86,7 @@ async def hand_on(
 async def _has_workspace(task: Task, ctx: ExecutorContext) -> bool:
     try:
         return await ctx.workspace_for(task) is not None
-    except KeelError as e:
+    except Exception as e:  # the ending goes on without a checkout it cannot reach
         log.warning("task %s ends without its workspace: %s", task.task_id, e)
         return False
 

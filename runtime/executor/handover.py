@@ -84,7 +84,8 @@ def handed_text(handed: Handed) -> str:
     """The lines a successor is told: where the work is, and where its pushes go."""
     at = f" (last commit `{handed.commit[:12]}`)" if handed.commit else ""
     lines = [
-        f"Its work is on branch `{handed.branch}`{at}; your workspace starts from that branch.",
+        f"Its work is on branch `{handed.branch}`{at}; your workspace starts from that branch "
+        "while it exists.",
         f"Push to `{handed.branch}` so the same pull request is updated; do not open another.",
     ]
     if handed.pull:

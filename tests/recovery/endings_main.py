@@ -17,6 +17,7 @@ from adapters.checkouts import Checkouts
 from adapters.emulators.github_git import init_bare_repository
 from runtime.config import RepositoryConfig
 from runtime.reporting import ThreadReporter
+from runtime.tools.base import Tool
 from runtime.tools.devbox import GitCommit, GitPush
 from runtime.tools.devbox.files import WriteFile
 from runtime.workspace import Workspaces
@@ -37,20 +38,21 @@ def origin(folder: Path) -> Path:
 
 def script(turns: int) -> dict[str, Any]:
     """Write a file, then look things up for ``turns`` turns, then answer."""
-    steps = [{"say": f"step {n}", "tool_calls": [{"name": "lookup", "args": {"key": f"k{n}"}}]}
-             for n in range(turns)]
+    steps = [
+        {"say": f"step {n}", "tool_calls": [{"name": "lookup", "args": {"key": f"k{n}"}}]}
+        for n in range(turns)
+    ]
     return {"scripts": [{"turns": [{"say": "noting", "tool_calls": [NOTES]}, *steps]}]}
 
 
-def endings_stack(
-    db_url: str, folder: Path, model: dict[str, Any], **limits: Any
-) -> Stack:
+def endings_stack(db_url: str, folder: Path, model: dict[str, Any], **limits: Any) -> Stack:
+    """The test stack over a checkout of ``origin(folder)``; completions are posted."""
     stack = build_stack(
         db_url, folder, model, agents={"default": agent(TOOLS, **limits)}, lease_seconds=1.0
     )
     ctx = stack.ctx
-    ctx.tools = {**ctx.tools, "write_file": WriteFile(), "git_commit": GitCommit(),
-                 "git_push": GitPush()}
+    git: list[Tool] = [WriteFile(), GitCommit(), GitPush()]
+    ctx.tools = {**ctx.tools, **{tool.name: tool for tool in git}}
     repositories = {REPO: RepositoryConfig(url=origin(folder).as_uri(), ref="main")}
     workspaces = Workspaces(folder / "workspaces", sandbox="none")
     ctx.workspace_for = Checkouts(workspaces, repositories, stack.scheduler).workspace_for

@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.executor import budget, compaction, fitting, wip
+from runtime.execution import RunState
+from runtime.executor import budget, compaction, fitting, outage, wip
 from runtime.executor.context import ExecutorContext, Write
 from runtime.models.base import AssistantText, ModelRequest
 from runtime.store import ledger, links, transcripts, usage
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
-from runtime.store.records import Task, TaskResult
+from runtime.store.records import Task, TaskResult, TaskStatus
 from runtime.store.usage import ModelCall
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,44 @@ ACCOUNT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """How the task ended: its result, the ending its save is keyed by, and whether to ask
+    for an account (not when the summary already tells the progress, as a budget's does, or
+    when the model is known to be down)."""
+
+    result: TaskResult
+    ending: wip.Ending
+    account: bool = True
+
+
+def of_failure(state: RunState) -> Ended:
+    """The ending ``report_failure`` reports: a budget's, a limit's, or a failure's."""
+    limit, error, spent = state.limit, state.error, state.budget_ended
+    if spent is not None:
+        status = TaskStatus.canceled if spent.outcome == "budget_stopped" else TaskStatus.failed
+        result = TaskResult(status, spent.summary, {"outcome": spent.outcome})
+        return Ended(result, wip.Ending(spent.outcome, "ended at its budget"), account=False)
+    if limit is not None:
+        summary = f"stopped at a limit: {limit.name} ({limit.value})"
+        result = TaskResult(TaskStatus.failed, summary, {"outcome": f"limit:{limit.name}"})
+        reason = f"stopped at its limit {limit.name}"
+        return Ended(result, wip.Ending(f"limit-{limit.name}", reason))
+    if error is not None and error.kind == outage.GAVE_UP:
+        detail = {"outcome": "model_unavailable", "error": error.to_json()}
+        result = TaskResult(TaskStatus.failed, error.message, detail)
+        ending = wip.Ending("model_unavailable", "its model was unavailable")
+        return Ended(result, ending, account=False)
+    if error is not None:
+        summary = f"failed in {error.phase}: {error.message}"
+        detail = {"outcome": "error", "error": error.to_json()}
+        result = TaskResult(TaskStatus.failed, summary, detail)
+        return Ended(result, wip.Ending("failed", f"failed in {error.phase}"))
+    unknown = {"outcome": "error", "error": {}}
+    result = TaskResult(TaskStatus.failed, "failed in unknown phase: ", unknown)
+    return Ended(result, wip.Ending("failed", "failed"))
+
+
+@dataclass(frozen=True, slots=True)
 class HandedOn:
     """The result the ending reports, and the rows to write with it."""
 
@@ -48,21 +87,13 @@ class HandedOn:
     writes: tuple[Write, ...] = ()
 
 
-async def hand_on(
-    run: Run,
-    task: Task,
-    ctx: ExecutorContext,
-    result: TaskResult,
-    ending: wip.Ending,
-    *,
-    account: bool = True,
-) -> HandedOn:
-    """``result`` with the saved work and the account added; ``account=False`` when the
-    summary already tells the progress (a budget's) or the model is known to be down."""
+async def hand_on(run: Run, task: Task, ctx: ExecutorContext, ended: Ended) -> HandedOn:
+    """The ending's result with the saved work and the account added."""
+    result = ended.result
     if task.parent_id is not None or not await _has_workspace(task, ctx):
         return HandedOn(result)
-    saved = await wip.save_work(task, ctx, ending)
-    told, call = await _account(run, task, ctx) if account else (None, None)
+    saved = await wip.save_work(task, ctx, ended.ending)
+    told, call = await _account(run, task, ctx) if ended.account else (None, None)
     paragraphs = [result.summary, *(p for p in (told, saved.note if saved else None) if p)]
     detail: dict[str, Any] = dict(result.detail)
     if saved is not None and saved.pushed:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from runtime.errors import ContextLengthExceeded, Permanent, Retryable, StaleWrite
 from runtime.execution import Activation, Failure, Limit
@@ -250,36 +250,8 @@ async def report_terminal(
 async def report_failure(
     run: Run, task: Task, ctx: ExecutorContext
 ) -> Transition[Literal["done"]]:
-    limit, error = run.state.limit, run.state.error
-    ended = run.state.budget_ended
-    if ended is not None:
-        status = TaskStatus.canceled if ended.outcome == "budget_stopped" else TaskStatus.failed
-        result = TaskResult(status, ended.summary, {"outcome": ended.outcome})
-        # Its summary already tells its progress, and its budget is spent: no account.
-        ending = wip.Ending(ended.outcome, "ended at its budget")
-        return await _hand_on(run, task, ctx, result, ending, account=False)
-    if limit is not None:
-        summary = f"stopped at a limit: {limit.name} ({limit.value})"
-        detail: dict[str, Any] = {"outcome": f"limit:{limit.name}"}
-        ending = wip.Ending(f"limit-{limit.name}", f"stopped at its limit {limit.name}")
-    elif error is not None and error.kind == outage.GAVE_UP:
-        result = TaskResult(
-            TaskStatus.failed,
-            error.message,
-            {"outcome": "model_unavailable", "error": error.to_json()},
-        )
-        ending = wip.Ending("model_unavailable", "its model was unavailable")
-        return await _hand_on(run, task, ctx, result, ending, account=False)
-    elif error is not None:
-        summary = f"failed in {error.phase}: {error.message}"
-        detail = {"outcome": "error", "error": error.to_json()}
-        ending = wip.Ending("failed", f"failed in {error.phase}")
-    else:
-        summary = "failed in unknown phase: "
-        detail = {"outcome": "error", "error": {}}
-        ending = wip.Ending("failed", "failed")
-    result = TaskResult(TaskStatus.failed, summary, detail)
-    return await _hand_on(run, task, ctx, result, ending)
+    handed = await endings.hand_on(run, task, ctx, endings.of_failure(run.state))
+    return _finish(run, task, ctx, handed.result, writes=handed.writes)
 
 
 async def report_stopped(
@@ -290,7 +262,7 @@ async def report_stopped(
         result = TaskResult(
             TaskStatus.timed_out, "the task passed its deadline", {"outcome": "timed_out"}
         )
-        ending = wip.Ending("timed_out", "passed its deadline")
+        ended_as = endings.Ended(result, wip.Ending("timed_out", "passed its deadline"))
     else:
         calls = await ctx.db.read(lambda s: tool_calls.all_calls(s, task.task_id))
         # Calls a stop cut short, as opposed to calls it kept from starting.
@@ -303,22 +275,8 @@ async def report_stopped(
             "ended": [{"call_id": c.call_id, "name": c.name} for c in ended],
         }
         result = TaskResult(TaskStatus.canceled, summary, detail)
-        ending = wip.Ending("stopped", "stopped on request")
-    return await _hand_on(run, task, ctx, result, ending)
-
-
-async def _hand_on(
-    run: Run,
-    task: Task,
-    ctx: ExecutorContext,
-    result: TaskResult,
-    ending: wip.Ending,
-    *,
-    account: bool = True,
-) -> Transition[Literal["done"]]:
-    """Finish with the work saved to the task's branch and an account of it
-    (``runtime.executor.endings``): a task that did not finish leaves it for the next."""
-    handed = await endings.hand_on(run, task, ctx, result, ending, account=account)
+        ended_as = endings.Ended(result, wip.Ending("stopped", "stopped on request"))
+    handed = await endings.hand_on(run, task, ctx, ended_as)
     return _finish(run, task, ctx, handed.result, writes=handed.writes)
 
 

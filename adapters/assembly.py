@@ -52,7 +52,7 @@ from runtime.surfaces import Surface
 from runtime.tools.base import Tool
 from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
-from runtime.worker import Worker
+from runtime.worker import Worker, machine_identity
 from runtime.workspace import Workspaces
 from runtime.workspace.egress import Egress
 from runtime.workspace.envcache import EnvCache
@@ -127,6 +127,7 @@ class Keel:
     # One crash plan for the process, shared by intake and the executor, so the environment
     # is read once here rather than by each object that can be killed.
     faults: FaultPlan = field(init=False, default_factory=FaultPlan.from_env)
+    machine: str = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -136,6 +137,7 @@ class Keel:
             url, pool_size=cfg.database.pool_size, echo=cfg.database.echo
         )
         notifier = Notifier()
+        self.machine = cfg.worker.machine or machine_identity(cfg.workspace.root)
         self.scheduler = Scheduler(
             self.db, clock=self.clock, notifier=notifier, lease_seconds=cfg.worker.lease_seconds
         )
@@ -143,7 +145,12 @@ class Keel:
             cfg.workspace.root,
             cfg.workspace.sandbox,
             readonly_paths=cfg.workspace.readonly_paths,
-            hidden=[*_keel_files(cfg, url), cfg.workspace.cache_root.absolute()],
+            hidden=[
+                *_keel_files(cfg, url),
+                cfg.workspace.cache_root.absolute(),
+                cfg.workspace.snapshot_store.absolute(),
+            ],
+            snapshots=cfg.workspace.snapshot_store,
         )
         self.env_cache = env_cache(cfg.workspace)
         self.checkouts = Checkouts(
@@ -274,12 +281,16 @@ class Keel:
             observe_model_call=self.metrics.observe_model_call,
             outage_give_up_s=cfg.model.outage_give_up_s,
             faults=self.faults,
+            machine=self.machine,
+            snapshots=self.workspaces.snapshots,
+            discard_workspace=self.checkouts.discard,
         )
         self.worker = Worker(
             self.scheduler,
             Runner(ctx),
             concurrency=cfg.worker.concurrency,
             poll_interval_s=cfg.worker.poll_interval_s,
+            machine=self.machine,
         )
         fallback = cfg.reporting.fallback
         self.dispatcher = OutboxDispatcher(

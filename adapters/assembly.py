@@ -45,6 +45,7 @@ from runtime.notifier import Notifier
 from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ReportingPolicy, ThreadReporter
 from runtime.scheduler import Scheduler
+from runtime.store import owners
 from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
 from runtime.store.migrate import upgrade
 from runtime.store.records import Task
@@ -151,6 +152,7 @@ class Keel:
                 cfg.workspace.snapshot_store.absolute(),
             ],
             snapshots=cfg.workspace.snapshot_store,
+            latest_snapshot=self._latest_snapshot,
         )
         self.env_cache = env_cache(cfg.workspace)
         self.checkouts = Checkouts(
@@ -303,6 +305,11 @@ class Keel:
             notifier=self.scheduler.notifier,
             on_failure=self.metrics.count_outbox_failure,
         )
+
+    async def _latest_snapshot(self, root_id: str) -> str | None:
+        """The tree's latest snapshot, as its owner recorded it (``runtime.store.owners``)."""
+        owner = await self.db.read(lambda s: owners.owner_of(s, root_id))
+        return owner.snapshot.sha if owner is not None and owner.snapshot is not None else None
 
     def _agent_models(self, agents: Mapping[str, AgentConfig]) -> dict[str, ModelSetup]:
         """Each agent with a model of its own: its provider, window and prices."""

@@ -148,7 +148,7 @@ class SnapshotTaker(Protocol):
     """Saves a workspace where another machine can restore it (``SnapshotStore``)."""
 
     async def take(
-        self, ws: Path, root_id: str, previous: tuple[str, str] | None = None
+        self, ws: Path, root_id: str, machine: str, previous: tuple[str, str] | None = None
     ) -> Taken | Unchanged: ...
 
 

@@ -173,7 +173,8 @@ async def snapshot(run: Run, task: Task, ctx: ExecutorContext) -> tuple[Write, .
         return ()  # not this machine's workspace (any more): its owner saves it
     last = owner.snapshot
     try:
-        taken = await snapshots.take(ws, task.root_id, (last.sha, last.tree) if last else None)
+        previous = (last.sha, last.tree) if last else None
+        taken = await snapshots.take(ws, task.root_id, machine, previous)
     except KeelError as e:
         log.warning("no snapshot of task %s's workspace: %s", task.task_id, e)
         return ()

@@ -6,7 +6,11 @@ commit not yet pushed come with it. The workspace's own git makes it inside the 
 through a temporary index (the workspace's index, HEAD and branches are left as they were),
 and hands it to Keel's mirror the way commits always travel (``runtime.workspace.mirror``:
 the mirror's ``index-pack`` checks every object). Keel's git then pushes it from the mirror
-to the snapshot store, a bare repository Keel owns, as ``refs/keel/snapshots/<root task>``.
+to the snapshot store, a bare repository Keel owns, under ``refs/keel/snapshots/<root task>/``
+with one ref per machine: a machine that lost a tree (its lease passed while a phase of it
+still ran) can only replace its own ref, never the snapshots of the machine that took the tree
+over. Which snapshot is the tree's latest is the database's record (``runtime.store.owners``),
+written by the owner alone; a restore asks for that commit.
 
 Cost: one sandboxed ``git add --all`` into a copy of the index (git re-reads only files whose
 size or time changed) and a pack of the objects that are new since the previous snapshot;
@@ -21,13 +25,14 @@ that nothing sandboxed has touched yet, so Keel's own git may work in it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.errors import Retryable
+from runtime.errors import Permanent, Retryable
 from runtime.workspace.git import git, is_sha
-from runtime.workspace.mirror import send_to_mirror
+from runtime.workspace.mirror import in_mirror, send_to_mirror
 from runtime.workspace.state import WorkspaceState
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -77,10 +82,16 @@ class Restored:
     branch: str
 
 
-def snapshot_ref(root_id: str) -> str:
+def snapshot_refs(root_id: str) -> str:
+    """The folder of refs that hold the tree's snapshots, one per machine."""
     if not _SAFE_ID.fullmatch(root_id):
         raise ValueError(f"{root_id!r} is not a task id")
     return f"refs/keel/snapshots/{root_id}"
+
+
+def snapshot_ref(root_id: str, machine: str) -> str:
+    digest = hashlib.sha256(machine.encode()).hexdigest()[:16]
+    return f"{snapshot_refs(root_id)}/{digest}"
 
 
 class SnapshotStore:
@@ -98,10 +109,11 @@ class SnapshotStore:
             raise Retryable(f"could not make the snapshot store {self.path}: {made.stderr}")
 
     async def take(
-        self, ws: Path, root_id: str, previous: tuple[str, str] | None = None
+        self, ws: Path, root_id: str, machine: str, previous: tuple[str, str] | None = None
     ) -> Taken | Unchanged:
-        """Snapshot the workspace ``ws`` of tree ``root_id``; ``previous`` is the last
-        snapshot's (sha, tree): when the workspace still matches it nothing is made."""
+        """Snapshot the workspace ``ws`` of tree ``root_id`` on ``machine``; ``previous`` is
+        the last snapshot's (sha, tree): when the workspace still matches it nothing is
+        made."""
         await self._ensure()
         state = WorkspaceState(ws)
         record = state.read_record() or {}
@@ -130,7 +142,7 @@ class SnapshotStore:
                 "--force",
                 "--no-verify",
                 str(self.path),
-                f"{sent.sha}:{snapshot_ref(root_id)}",
+                f"{sent.sha}:{snapshot_ref(root_id, machine)}",
             ],
             timeout_s=900,
         )
@@ -138,45 +150,22 @@ class SnapshotStore:
             raise Retryable(f"could not store the snapshot: {pushed.stderr.strip()[-500:]}")
         return Taken(sent.sha, tree.stdout.strip(), head, sent.branch)
 
-    async def latest(self, root_id: str) -> str | None:
-        """The sha of the tree's latest stored snapshot, if there is one."""
-        if not (self.path / "HEAD").is_file():
-            return None
-        found = await git(
-            [
-                "--git-dir",
-                str(self.path),
-                "rev-parse",
-                "-q",
-                "--verify",
-                f"{snapshot_ref(root_id)}^{{commit}}",
-            ]
-        )
-        sha = found.stdout.strip()
-        return sha if found.ok and is_sha(sha) else None
-
-    async def restore(self, fresh: Path, root_id: str) -> Restored | None:
-        """Put the latest snapshot of ``root_id`` into ``fresh``, a clone Keel has just made
+    async def restore(self, fresh: Path, root_id: str, sha: str) -> Restored:
+        """Put snapshot ``sha`` of ``root_id`` into ``fresh``, a clone Keel has just made
         (nothing sandboxed has run in it): HEAD on the snapshot's branch at the snapshot's
         parent, the worktree as the snapshot saved it, changes uncommitted as they were."""
-        sha = await self.latest(root_id)
-        if sha is None:
-            return None
         mirror = WorkspaceState(fresh).mirror
+        refs = snapshot_refs(root_id)
         fetched = await git(
-            [
-                "--git-dir",
-                str(mirror),
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                str(self.path),
-                f"+{snapshot_ref(root_id)}:refs/keel/snapshot",
-            ],
+            ["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", str(self.path),
+             f"+{refs}/*:refs/keel/snapshots/*"],
             timeout_s=900,
-        )
-        if not fetched.ok:
-            raise Retryable(f"could not fetch the snapshot of {root_id}: {fetched.stderr}")
+        )  # fmt: skip
+        if not fetched.ok or not await in_mirror(mirror, sha):
+            raise Permanent(
+                f"the snapshot {sha} of {root_id} is not in the snapshot store {self.path}: "
+                f"{fetched.stderr.strip()[-300:]}"
+            )
         head = await self._parent(mirror, sha)
         branch = await _branch_of(mirror, sha)
         ws = str(fresh)

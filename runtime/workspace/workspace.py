@@ -18,7 +18,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,11 +56,14 @@ class Workspaces:
         readonly_paths: Sequence[Path] = (),
         hidden: Sequence[Path] = (),
         snapshots: Path | None = None,
+        latest_snapshot: Callable[[str], Awaitable[str | None]] | None = None,
     ):
         self.root = root
         # Where workspaces are saved for another machine (``runtime.workspace.snapshots``);
-        # a workspace made afresh starts from its tree's latest snapshot there.
+        # a workspace made afresh starts from its tree's latest snapshot there, as
+        # ``latest_snapshot`` names it (the database's record).
         self.snapshots = SnapshotStore(snapshots) if snapshots is not None else None
+        self.latest_snapshot = latest_snapshot
         # Other workspaces are never visible to a command, whatever else its sandbox shows.
         self.sandbox = Sandbox(
             mode=sandbox,
@@ -125,10 +128,11 @@ class Workspaces:
         staging = self.root / f".staging-{spec.root_task_id}-{uuid.uuid4().hex[:8]}"
         try:
             await clone(spec, staging, token, self.sandbox.mode)
-            if self.snapshots is not None:
-                restored = await self.snapshots.restore(staging, spec.root_task_id)
-                if restored is not None:
-                    log.info("workspace %s restored from snapshot %s", path.name, restored.sha[:12])
+            latest = self.latest_snapshot
+            sha = await latest(spec.root_task_id) if latest is not None else None
+            if self.snapshots is not None and sha is not None:
+                restored = await self.snapshots.restore(staging, spec.root_task_id, sha)
+                log.info("workspace %s restored from snapshot %s", path.name, restored.sha[:12])
             staged = WorkspaceState(staging)
             staged.write_record((staged.read_record() or {}) | self._isolation_record())
             mark_fresh(staged)

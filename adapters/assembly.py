@@ -45,6 +45,7 @@ from runtime.notifier import Notifier
 from runtime.outbox import OutboxDispatcher
 from runtime.reporting import ReportingPolicy, ThreadReporter
 from runtime.scheduler import Scheduler
+from runtime.store import owners
 from runtime.store.engine import SQLITE_SUFFIXES, Database, resolve_url, sqlite_file
 from runtime.store.migrate import upgrade
 from runtime.store.records import Task
@@ -52,7 +53,7 @@ from runtime.surfaces import Surface
 from runtime.tools.base import Tool
 from runtime.tools.builtin import Delegate, PostUpdate, WaitForTask
 from runtime.tools.devbox import devbox_tools
-from runtime.worker import Worker
+from runtime.worker import Worker, machine_identity
 from runtime.workspace import Workspaces
 from runtime.workspace.egress import Egress
 from runtime.workspace.envcache import EnvCache
@@ -127,6 +128,7 @@ class Keel:
     # One crash plan for the process, shared by intake and the executor, so the environment
     # is read once here rather than by each object that can be killed.
     faults: FaultPlan = field(init=False, default_factory=FaultPlan.from_env)
+    machine: str = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -136,6 +138,7 @@ class Keel:
             url, pool_size=cfg.database.pool_size, echo=cfg.database.echo
         )
         notifier = Notifier()
+        self.machine = cfg.worker.machine or machine_identity(cfg.workspace.root)
         self.scheduler = Scheduler(
             self.db, clock=self.clock, notifier=notifier, lease_seconds=cfg.worker.lease_seconds
         )
@@ -143,7 +146,13 @@ class Keel:
             cfg.workspace.root,
             cfg.workspace.sandbox,
             readonly_paths=cfg.workspace.readonly_paths,
-            hidden=[*_keel_files(cfg, url), cfg.workspace.cache_root.absolute()],
+            hidden=[
+                *_keel_files(cfg, url),
+                cfg.workspace.cache_root.absolute(),
+                cfg.workspace.snapshot_store.absolute(),
+            ],
+            snapshots=cfg.workspace.snapshot_store,
+            latest_snapshot=self._latest_snapshot,
         )
         self.env_cache = env_cache(cfg.workspace)
         self.checkouts = Checkouts(
@@ -274,12 +283,16 @@ class Keel:
             observe_model_call=self.metrics.observe_model_call,
             outage_give_up_s=cfg.model.outage_give_up_s,
             faults=self.faults,
+            machine=self.machine,
+            snapshots=self.workspaces.snapshots,
+            discard_workspace=self.checkouts.discard,
         )
         self.worker = Worker(
             self.scheduler,
             Runner(ctx),
             concurrency=cfg.worker.concurrency,
             poll_interval_s=cfg.worker.poll_interval_s,
+            machine=self.machine,
         )
         fallback = cfg.reporting.fallback
         self.dispatcher = OutboxDispatcher(
@@ -292,6 +305,11 @@ class Keel:
             notifier=self.scheduler.notifier,
             on_failure=self.metrics.count_outbox_failure,
         )
+
+    async def _latest_snapshot(self, root_id: str) -> str | None:
+        """The tree's latest snapshot, as its owner recorded it (``runtime.store.owners``)."""
+        owner = await self.db.read(lambda s: owners.owner_of(s, root_id))
+        return owner.snapshot.sha if owner is not None and owner.snapshot is not None else None
 
     def _agent_models(self, agents: Mapping[str, AgentConfig]) -> dict[str, ModelSetup]:
         """Each agent with a model of its own: its provider, window and prices."""

@@ -186,6 +186,12 @@ class Checkouts:
             return await self.host.git_token(key)
         return None
 
+    async def discard(self, root_id: str) -> None:
+        """Drop this machine's copy of the tree's workspace (``Workspaces.discard``): the
+        next ``workspace_for`` makes it afresh, from the latest snapshot."""
+        self._paths.pop(root_id, None)
+        await self.workspaces.discard(root_id)
+
     async def repo_full_name(self, task_id: str) -> str:
         task = await self.scheduler.get(task_id)
         name = task.repo if task else None

@@ -38,6 +38,7 @@ BENCHMARKS = (
     ("context_fit", 60),
     ("sandbox", 200),
     ("setup_cache", 900),
+    ("snapshots", 200),
 )
 RESULT = re.compile(
     r"^RESULT (?P<name>\S+) value=(?P<value>\S+) baseline=(?P<baseline>\S+) "

@@ -461,10 +461,17 @@ class WorkspaceConfig(ConfigSection):
     readonly_paths: list[Path] = Field(default_factory=list)
     repositories: dict[Key, RepositoryConfig] = Field(default_factory=dict)
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    # A bare repository every machine reaches (shared storage): workspaces are saved there
+    # after each phase that changed them, and restored from it on another machine.
+    snapshots: Path | None = None
 
     @property
     def cache_root(self) -> Path:
         return self.cache.root or self.root.parent / "cache"
+
+    @property
+    def snapshot_store(self) -> Path:
+        return self.snapshots or self.root.parent / "snapshots.git"
 
     @field_validator("readonly_paths")
     @classmethod
@@ -593,6 +600,9 @@ class WorkerConfig(ConfigSection):
     concurrency: int = Field(default=4, ge=1)
     lease_seconds: float = Field(default=30, gt=0)
     poll_interval_s: float = Field(default=1.0, gt=0)
+    # Which machine's workspaces this worker holds: workers sharing a workspace folder share
+    # it. Default: the host name and the workspace root.
+    machine: str | None = Field(default=None, min_length=1, max_length=200)
 
     def describe(self, source: SourceOf) -> str:
         return (

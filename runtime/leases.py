@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runtime.clock import Clock
-from runtime.store import deliveries, executions
+from runtime.store import deliveries, executions, mailbox, owners, tool_calls
 from runtime.store import tasks as q
 from runtime.store.engine import Database, Transaction
-from runtime.store.records import Lease, Task
+from runtime.store.records import Lease, Task, TextPart
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
     task: Task
     lease: Lease
+    # The machine whose workspace this claim took over (its lease had passed); this
+    # machine's own copy of that workspace, if it has one from before, is stale.
+    moved_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,41 +38,61 @@ class Leases:
         self.clock = clock
         self.lease_seconds = lease_seconds
 
-    async def claim(self, token: str, worker: str) -> Claimed | NoMatch:
-        return await self.db.run(lambda s: self._claim(s, token, worker))
+    async def claim(self, token: str, worker: str, machine: str | None = None) -> Claimed | NoMatch:
+        return await self.db.run(lambda s: self._claim(s, token, worker, machine))
 
-    def _claim(self, session: Transaction, token: str, worker: str) -> Claimed | NoMatch:
+    def _claim(
+        self, session: Transaction, token: str, worker: str, machine: str | None = None
+    ) -> Claimed | NoMatch:
         now = self.clock.now()
         task_id = deliveries.consume_delivery(session, token, worker, now)
         if task_id is None:
             return NoMatch("no matching pending delivery")
-        if not q.lock_task_row(session, task_id):  # the task before its execution
+        tree = q.lock_tree(session, task_id)  # the task before its execution
+        if tree is None:
             return NoMatch("task missing")
+        moved_from = None
+        if machine is not None and tree.repo is not None:
+            taken = _take_workspace(session, tree, machine, now)
+            if isinstance(taken, owners.Elsewhere):
+                # Its owner became live again between the lookup and this claim: the task
+                # is the owner's to run, so it gets the delivery this claim consumed.
+                deliveries.add_delivery(session, task_id, "owner", now, now)
+                return NoMatch(f"its workspace is on {taken.machine_id}")
+            moved_from = taken.owner.taken_from
         lease = executions.take_lease(session, task_id, worker, now, self.lease_seconds)
         if lease is None:
             return NoMatch(_not_leased(session, task_id))
         task = q.start_running(session, task_id, now)
         if task is None:
             return NoMatch("task missing")
-        return Claimed(task, lease)
+        return Claimed(task, lease, moved_from)
 
-    async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
-        """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``).
+    async def claim_next(
+        self, worker: str, *, scan: int = 8, machine: str | None = None
+    ) -> Claimed | NoMatch:
+        """Claim the oldest ready delivery (PostgreSQL: ``FOR UPDATE SKIP LOCKED``). With
+        ``machine``, only a task whose workspace no other live machine holds, and the
+        claim makes the workspace this machine's (``runtime.store.owners``).
 
         On SQLite an idle worker first looks without the write lock, so polling for work
         does not queue behind (or delay) the writers that are doing some.
         """
         if not self.db.is_postgres:
             now = self.clock.now()
-            ready = await self.db.read(lambda s: deliveries.next_ready_tokens(s, now, 1, False))
+            ready = await self.db.read(
+                lambda s: deliveries.next_ready_tokens(s, now, 1, False, machine)
+            )
             if not ready:
                 return NoMatch("nothing ready")
         # Unflushed (``Database.run``): a claim lost in a crash of the database server
         # leaves the delivery to be claimed again, and the lease it took is gone, so this
         # worker's next transition finds the run fenced off.
-        return await self.db.run(lambda s: self._claim_next(s, worker, scan), flush=False)
+        return await self.db.run(lambda s: self._claim_next(s, worker, scan, machine), flush=False)
 
-    def _claim_next(self, session: Transaction, worker: str, scan: int) -> Claimed | NoMatch:
+    def _claim_next(
+        self, session: Transaction, worker: str, scan: int, machine: str | None = None
+    ) -> Claimed | NoMatch:
         """Look up ready deliveries one at a time, oldest first, trying at most ``scan``.
 
         On PostgreSQL each lookup locks only the row it returns (``SKIP LOCKED``): a worker
@@ -80,10 +103,12 @@ class Leases:
         """
         now = self.clock.now()
         for _ in range(scan):
-            tokens = deliveries.next_ready_tokens(session, now, 1, skip_locked=self.db.is_postgres)
+            tokens = deliveries.next_ready_tokens(
+                session, now, 1, skip_locked=self.db.is_postgres, machine=machine
+            )
             if not tokens:
                 break
-            outcome = self._claim(session, tokens[0], worker)
+            outcome = self._claim(session, tokens[0], worker, machine)
             if isinstance(outcome, Claimed):
                 return outcome
         return NoMatch("nothing ready")
@@ -112,6 +137,64 @@ class Leases:
             deliveries.add_delivery(session, lease.task_id, "tick", next_tick_at, now)
             notify_in(self.db, session)
         return True
+
+
+def _take_workspace(
+    session: Transaction, tree: q.Tree, machine: str, now: datetime
+) -> owners.Held | owners.Elsewhere:
+    """Take the task tree's workspace for ``machine``, handing the tree over when it comes
+    from a lost machine; or the live machine that holds it."""
+    taken = owners.take_workspace(session, tree.root_id, machine, now)
+    if isinstance(taken, owners.Held) and taken.owner.taken_from is not None:
+        _hand_over(session, taken.owner, now)
+    return taken
+
+
+# Tools whose open calls do not depend on the machine they were started on: reads may simply
+# run again, and a wait for a child task is the database's.
+_MACHINE_FREE = frozenset({"wait_for_task"})
+
+
+def _hand_over(session: Transaction, owner: owners.Owner, now: datetime) -> None:
+    """The workspace came from a machine whose lease passed (``owner.taken_from``): in the
+    transaction that takes it, every open call of the tree that acted on that machine is
+    settled ``interrupted`` (a command there is neither running nor re-run here), and each
+    of the tree's live tasks gets one mailbox note of what happened to its workspace."""
+    lost = owner.taken_from or "another machine"
+    snapshot = owner.snapshot
+    restored = (
+        f"restored from the snapshot taken at {snapshot.at:%Y-%m-%d %H:%M:%S} UTC, after turn "
+        f"{snapshot.turn} (commit {snapshot.sha[:12]}). Changes made after that snapshot "
+        "are not in it"
+        if snapshot is not None
+        else "made afresh from the repository: no snapshot of it had been saved, so "
+        "uncommitted changes made there are gone"
+    )
+    for task_id in q.live_tasks_of_tree(session, owner.root_id):
+        interrupted = []
+        for call in tool_calls.all_calls(session, task_id):
+            if call.dispatch_state in ("settled", "pending") or call.name in _MACHINE_FREE:
+                continue
+            if call.effect == "read" and call.dispatch_state != "started":
+                continue  # never started there, or a read that may run again here
+            output = (
+                f"interrupted: {call.name} was running on {lost}, which stopped answering; "
+                "it is not running any more and was not run again. Its effects, if any, "
+                "are only those the restored workspace shows."
+            )
+            result = {"output": output, "is_error": True}
+            tool_calls.settle(
+                session, task_id, call.call_id, outcome="interrupted", result=result, now=now
+            )
+            interrupted.append(call.name)
+        note = f"Keel: the machine that held this task's workspace ({lost}) stopped answering, "
+        note += f"and the task moved to another machine. The workspace was {restored}."
+        if interrupted:
+            note += f" Interrupted there, and not run again: {', '.join(interrupted)}."
+        key = f"takeover:{owner.machine_id}:{owner.since.isoformat()}"
+        if mailbox.find_message(session, task_id, key) is None:
+            mailbox.append_message(session, task_id, key, [TextPart(note)], None, now)
+    owners.told_of_takeover(session, owner.root_id, owner.machine_id)
 
 
 def notify_in(db: Database, session: Transaction) -> None:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
+from pathlib import Path
 
 from runtime.executor.runner import Runner, TickResult
 from runtime.leases import Claimed
 from runtime.scheduler import Scheduler
+from runtime.store import owners
 from runtime.store.records import Lease
 
 log = logging.getLogger(__name__)
@@ -23,6 +26,14 @@ log = logging.getLogger(__name__)
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def machine_identity(workspace_root: Path) -> str:
+    """Who holds the workspaces under ``workspace_root``: this host's name and the root's
+    path, so every worker sharing that folder is one machine, and two folders on one host
+    (two test deployments, say) are two."""
+    folder = str(workspace_root.expanduser().absolute()).encode()
+    return f"{socket.gethostname()[:150]}:{hashlib.sha256(folder).hexdigest()[:12]}"
 
 
 class Worker:
@@ -34,12 +45,15 @@ class Worker:
         concurrency: int = 4,
         poll_interval_s: float = 1.0,
         name: str | None = None,
+        machine: str | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.concurrency = concurrency
         self.poll_interval_s = poll_interval_s
         self.name = name or worker_name()
+        # Whose workspaces this worker's claims take, and keep alive (``runtime.store.owners``).
+        self.machine = machine
         self.stopping = asyncio.Event()
         self.ticks = 0
         # Idle loops take turns looking for work: one waits for a wake-up and claims, then
@@ -50,6 +64,8 @@ class Worker:
     async def run(self) -> None:
         """Run until ``stop()``; returns once every loop has let go of its task."""
         self.scheduler.notifier.bind(asyncio.get_running_loop())
+        if self.machine is not None:
+            await self._renew_machine()
         loops = [
             asyncio.create_task(self._loop(f"{self.name}/{i}")) for i in range(self.concurrency)
         ]
@@ -70,13 +86,15 @@ class Worker:
             async with self._turn:
                 claimed = await self._look(slot)
             if claimed is not None:
+                if claimed.moved_from is not None:
+                    await self._moved_here(claimed)
                 await self._drive(claimed.lease)
 
     async def _look(self, slot: str) -> Claimed | None:
         """Claim work, waiting for a wake-up (or the poll interval) between looks."""
         while not self.stopping.is_set():
             try:
-                claimed = await self.scheduler.leases.claim_next(slot)
+                claimed = await self.scheduler.leases.claim_next(slot, machine=self.machine)
             except Exception:  # loop boundary: the database may be briefly unavailable
                 log.exception("claim failed; retrying")
                 await asyncio.sleep(self.poll_interval_s)
@@ -85,6 +103,20 @@ class Worker:
                 return claimed
             await self.scheduler.notifier.wait(self.poll_interval_s)
         return None
+
+    async def _moved_here(self, claimed: Claimed) -> None:
+        """The task's workspace came from a lost machine: a copy this machine kept from an
+        earlier time it held the tree is stale, so the next use restores the snapshot."""
+        log.warning(
+            "task %s: its workspace moved here from %s, whose lease passed",
+            claimed.task.task_id,
+            claimed.moved_from,
+            extra={"task_id": claimed.task.task_id},
+        )
+        try:
+            await self.runner.ctx.discard_workspace(claimed.task.root_id)
+        except Exception:  # loop boundary: the task still runs; its workspace may be stale
+            log.exception("could not discard the stale workspace of %s", claimed.task.root_id)
 
     async def _drive(self, lease: Lease) -> None:
         renewer = asyncio.create_task(self._renew(lease))
@@ -126,7 +158,19 @@ class Worker:
         interval = max(0.5, self.scheduler.lease_seconds / 3)
         while True:
             try:
+                if self.machine is not None:
+                    await self._renew_machine()
                 await self.scheduler.transact(self.scheduler.sweep)
             except Exception:  # loop boundary: try again next round
                 log.exception("sweep failed")
             await asyncio.sleep(interval)
+
+    async def _renew_machine(self) -> None:
+        """This machine's workspaces stay its own for one more lease."""
+        machine, scheduler = self.machine, self.scheduler
+        assert machine is not None
+        await scheduler.db.run(
+            lambda s: owners.renew_machine(
+                s, machine, scheduler.clock.now(), scheduler.lease_seconds
+            )
+        )

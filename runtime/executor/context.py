@@ -24,6 +24,7 @@ from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult
 from runtime.tools.base import Tool
 from runtime.workspace.setup import SetupReport
+from runtime.workspace.snapshots import Taken, Unchanged
 
 # continue: keep the lease and tick again now; delay: release and tick at ``delay_s``;
 # wait: park the task until input or a child arrives (and, with ``wake_at``, tick then
@@ -143,6 +144,18 @@ async def _no_setup(task: Task, started: Progress) -> SetupReport | None:
     return None
 
 
+class SnapshotTaker(Protocol):
+    """Saves a workspace where another machine can restore it (``SnapshotStore``)."""
+
+    async def take(
+        self, ws: Path, root_id: str, machine: str, previous: tuple[str, str] | None = None
+    ) -> Taken | Unchanged: ...
+
+
+async def _discard_nothing(root_id: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSetup:
     """The model an agent's calls go to: its provider, its window, and its prices."""
@@ -187,6 +200,13 @@ class ExecutorContext:
     # Agents with a model of their own, by agent name; any other uses ``provider``,
     # ``window`` and ``accounting``.
     agent_models: Mapping[str, ModelSetup] = field(default_factory=dict)
+    # This machine (``runtime.store.owners``), and where its workspaces are saved for another
+    # machine; without both no snapshot is taken.
+    machine: str | None = None
+    snapshots: SnapshotTaker | None = None
+    # Drops this machine's copy of a tree's workspace (a stale one, after another machine
+    # held it): the next use makes it afresh from the latest snapshot.
+    discard_workspace: Callable[[str], Awaitable[None]] = _discard_nothing
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from runtime.errors import KeelError
 from runtime.executor import approval
 from runtime.executor import transcript as tx
-from runtime.executor.context import ExecutorContext, Transition, goto
+from runtime.executor.context import ExecutorContext, Transition, Write, goto
 from runtime.executor.phases import limit_reached, turns_used
-from runtime.store import ledger, links, tool_calls, transcripts
+from runtime.store import ledger, links, owners, tool_calls, transcripts
 from runtime.store import tasks as q
 from runtime.store.engine import Transaction
 from runtime.store.executions import Run
@@ -38,6 +39,7 @@ from runtime.tools.base import (
     ToolContext,
     Unknown,
 )
+from runtime.workspace.snapshots import Taken
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +146,46 @@ async def advance_turn(
     def write(session: Transaction) -> None:
         transcripts.add_transcript_items(session, task.task_id, items, now)
 
+    writes: tuple[Write, ...] = (write,)
+    if any(call.effect != "read" for call in calls):
+        writes += await snapshot(run, task, ctx)
     if run.stop_requested:
-        return goto(run, "report_stopped", writes=(write,))
+        return goto(run, "report_stopped", writes=writes)
     limits = ctx.agent(task.agent).limits
     if turns_used(run) + 1 >= limits.max_turns:
         limited = limit_reached(run, "max_turns", limits.max_turns)
-        return goto(run, "report_failure", state=limited.state, writes=(write,))
-    return goto(run, "check_scheduler", turn=run.turn + 1, writes=(write,))
+        return goto(run, "report_failure", state=limited.state, writes=writes)
+    return goto(run, "check_scheduler", turn=run.turn + 1, writes=writes)
+
+
+async def snapshot(run: Run, task: Task, ctx: ExecutorContext) -> tuple[Write, ...]:
+    """Save the task's workspace for another machine, after a turn whose calls may have
+    changed it (``runtime.workspace.snapshots``): the record of it commits with the turn.
+    A snapshot that fails is logged and the task goes on: the previous one still stands."""
+    machine, snapshots = ctx.machine, ctx.snapshots
+    if machine is None or snapshots is None or task.repo is None:
+        return ()
+    ws = await ctx.workspace_for(task)
+    if ws is None:
+        return ()
+    owner = await ctx.db.read(lambda s: owners.owner_of(s, task.root_id))
+    if owner is None or owner.machine_id != machine:
+        return ()  # not this machine's workspace (any more): its owner saves it
+    last = owner.snapshot
+    try:
+        previous = (last.sha, last.tree) if last else None
+        taken = await snapshots.take(ws, task.root_id, machine, previous)
+    except KeelError as e:
+        log.warning("no snapshot of task %s's workspace: %s", task.task_id, e)
+        return ()
+    if not isinstance(taken, Taken):
+        return ()
+    saved = owners.Snapshot(taken.sha, taken.tree, run.turn, ctx.clock.now())
+
+    def record(session: Transaction) -> None:
+        owners.record_snapshot(session, task.root_id, machine, saved)
+
+    return (record,)
 
 
 async def _calls_of_turn(run: Run, ctx: ExecutorContext) -> Sequence[ToolCallRecord]:

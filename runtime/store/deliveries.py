@@ -13,6 +13,7 @@ from sqlalchemy import Integer, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from runtime.ids import new_token
+from runtime.store import owners
 from runtime.store.models import DeliveryRow, UtcDateTime
 from runtime.store.prepared import Prepared
 
@@ -58,6 +59,12 @@ _READY = (
 )
 _NEXT_READY = Prepared(_READY)
 _NEXT_READY_SKIPPING_LOCKED = Prepared(_READY.with_for_update(skip_locked=True))
+# What a machine may claim: not the tasks whose workspace a live machine other than it holds.
+_READY_HERE = _READY.where(~owners.held_elsewhere())
+_NEXT_READY_HERE = Prepared(_READY_HERE)
+_NEXT_READY_HERE_SKIPPING_LOCKED = Prepared(
+    _READY_HERE.with_for_update(skip_locked=True, of=_DELIVERIES)
+)
 
 
 def consume_delivery(session: Session, token: str, worker: str, now: datetime) -> str | None:
@@ -66,6 +73,14 @@ def consume_delivery(session: Session, token: str, worker: str, now: datetime) -
     return None if row is None else str(row[0])
 
 
-def next_ready_tokens(session: Session, now: datetime, limit: int, skip_locked: bool) -> list[str]:
-    ready = _NEXT_READY_SKIPPING_LOCKED if skip_locked else _NEXT_READY
-    return [row[0] for row in ready.rows(session, {"b_now": now, "b_limit": limit})]
+def next_ready_tokens(
+    session: Session, now: datetime, limit: int, skip_locked: bool, machine: str | None = None
+) -> list[str]:
+    """The oldest ready deliveries; with ``machine``, only those it may claim (see
+    ``runtime.store.owners``)."""
+    if machine is None:
+        ready = _NEXT_READY_SKIPPING_LOCKED if skip_locked else _NEXT_READY
+        return [row[0] for row in ready.rows(session, {"b_now": now, "b_limit": limit})]
+    here = _NEXT_READY_HERE_SKIPPING_LOCKED if skip_locked else _NEXT_READY_HERE
+    params = {"b_now": now, "b_limit": limit, "b_machine": machine}
+    return [row[0] for row in here.rows(session, params)]

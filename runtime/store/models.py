@@ -343,3 +343,31 @@ class ModelCallRow(Base):
     cost_usd: Mapped[float] = mapped_column(Float)
     seconds: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class MachineRow(Base):
+    """A machine's workspaces, and how long they count as alive: every worker with that
+    machine identity renews the lease, and a task whose workspace lives on a machine whose
+    lease passed may be taken over by another."""
+
+    __tablename__ = "machines"
+    machine_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lease_expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class WorkspaceOwnerRow(Base):
+    """Which machine holds a task tree's workspace, and the latest snapshot of it that
+    another machine could restore (``runtime.workspace.snapshots``). ``taken_from`` is set
+    when a machine took the workspace over from one whose lease had passed, until the task
+    has been told."""
+
+    __tablename__ = "workspace_owners"
+    root_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    machine_id: Mapped[str] = mapped_column(String(200))
+    since: Mapped[datetime] = mapped_column(UtcDateTime)
+    snapshot_sha: Mapped[str | None] = mapped_column(String(64))
+    snapshot_tree: Mapped[str | None] = mapped_column(String(64))
+    snapshot_turn: Mapped[int | None] = mapped_column(Integer)
+    snapshot_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    taken_from: Mapped[str | None] = mapped_column(String(200))

@@ -8,6 +8,7 @@ serialises writers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -153,8 +154,18 @@ def lock_task(session: Session, task_id: str) -> Task | None:
     return to_task(row) if row is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """Which tree a task is in, and the repository its workspace is a checkout of."""
+
+    root_id: str
+    repo: str | None
+
+
 _LOCK_ROW = Prepared(
-    select(TaskRow.task_id).where(TaskRow.task_id == bindparam("b_task_id")).with_for_update()
+    select(_TASKS.c.root_id, _TASKS.c.repo)
+    .where(_TASKS.c.id == bindparam("b_task_id"))
+    .with_for_update()
 )
 
 
@@ -164,7 +175,13 @@ def lock_task_row(session: Session, task_id: str) -> bool:
     A transaction that writes both a task and its execution locks the task first: the
     mailbox, stop and child-result paths do (``lock_task``, then the execution), so one that
     took the execution first could wait on them while they wait on it."""
-    return _LOCK_ROW.first(session, {"b_task_id": task_id}) is not None
+    return lock_tree(session, task_id) is not None
+
+
+def lock_tree(session: Session, task_id: str) -> Tree | None:
+    """``lock_task_row``, saying which tree the task is in (None if there is no task)."""
+    row = _LOCK_ROW.first(session, {"b_task_id": task_id})
+    return None if row is None else Tree(str(row[0]), row[1])
 
 
 def get_task(session: Session, task_id: str) -> Task | None:
@@ -361,3 +378,11 @@ def latest_by_objective(session: Session, objective_key: str) -> Task | None:
     )
     row = session.scalars(query).first()
     return to_task(row) if row is not None else None
+
+
+def live_tasks_of_tree(session: Session, root_id: str) -> list[str]:
+    """The ids of the tree's tasks that have not ended (one indexed query on root_id)."""
+    query = select(TaskRow.task_id).where(
+        TaskRow.root_id == root_id, TaskRow.status.not_in(_TERMINAL_NAMES)
+    )
+    return [str(task_id) for task_id in session.scalars(query)]

@@ -18,7 +18,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from runtime.workspace.git import check_repo_url, git, uses_https, workspace_git
 from runtime.workspace.mirror import retire_senders
 from runtime.workspace.sandbox import Sandbox, SandboxMode
 from runtime.workspace.setup import mark_fresh
+from runtime.workspace.snapshots import SnapshotStore
 from runtime.workspace.state import STATE_FOLDER, WorkspaceState, is_real_dir
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,15 @@ class Workspaces:
         *,
         readonly_paths: Sequence[Path] = (),
         hidden: Sequence[Path] = (),
+        snapshots: Path | None = None,
+        latest_snapshot: Callable[[str], Awaitable[str | None]] | None = None,
     ):
         self.root = root
+        # Where workspaces are saved for another machine (``runtime.workspace.snapshots``);
+        # a workspace made afresh starts from its tree's latest snapshot there, as
+        # ``latest_snapshot`` names it (the database's record).
+        self.snapshots = SnapshotStore(snapshots) if snapshots is not None else None
+        self.latest_snapshot = latest_snapshot
         # Other workspaces are never visible to a command, whatever else its sandbox shows.
         self.sandbox = Sandbox(
             mode=sandbox,
@@ -102,6 +110,16 @@ class Workspaces:
             await self._create(path, spec, token)
             return path
 
+    async def discard(self, root_task_id: str) -> None:
+        """Remove the tree's workspace from this machine (another machine held it since, so
+        this copy is stale); the next ``ensure`` makes it afresh, from the latest snapshot."""
+        path = self.path_for(root_task_id)
+        async with self._locks.setdefault(root_task_id, asyncio.Lock()):
+            retire_senders(path)
+            for stale in (path, WorkspaceState(path).root):
+                if stale.exists() or stale.is_symlink():
+                    await asyncio.to_thread(_remove, stale)
+
     def _isolation_record(self) -> dict[str, object]:
         return {"sandbox": self.sandbox.mode, "hidden": [str(h) for h in self.sandbox.hidden]}
 
@@ -110,6 +128,11 @@ class Workspaces:
         staging = self.root / f".staging-{spec.root_task_id}-{uuid.uuid4().hex[:8]}"
         try:
             await clone(spec, staging, token, self.sandbox.mode)
+            latest = self.latest_snapshot
+            sha = await latest(spec.root_task_id) if latest is not None else None
+            if self.snapshots is not None and sha is not None:
+                restored = await self.snapshots.restore(staging, spec.root_task_id, sha)
+                log.info("workspace %s restored from snapshot %s", path.name, restored.sha[:12])
             staged = WorkspaceState(staging)
             staged.write_record((staged.read_record() or {}) | self._isolation_record())
             mark_fresh(staged)

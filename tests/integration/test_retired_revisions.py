@@ -34,7 +34,13 @@ ROOT = Path(__file__).resolve().parents[2]
 KEEL = [sys.executable, "-c", "from adapters.cli import main; main()"]
 NOW = datetime(2026, 12, 6, 4, 0, tzinfo=UTC)
 # What came after 0007_slack on main, where prloop's branch had its 0008_prloop.
-AFTER_SLACK = ("0008_context.py", "0008_github.py", "0009_prloop.py", "0010_outbox.py")
+AFTER_SLACK = (
+    "0008_context.py",
+    "0008_github.py",
+    "0009_prloop.py",
+    "0010_outbox.py",
+    "0011_workspace_owners.py",
+)
 
 
 def _prloop_branch_scripts(tmp_path: Path, *, first_form: bool) -> Path:
@@ -73,9 +79,14 @@ def _put_pull_link(engine: Engine) -> None:
         column("updated_at", UtcDateTime()),
     )
     row = {
-        "repo": "acme/shop", "number": 7, "objective_key": "github:acme/shop#7",
-        "task_id": "t1", "head_ref": "keel/fix", "head_sha": "a" * 40,
-        "created_at": NOW, "updated_at": NOW,
+        "repo": "acme/shop",
+        "number": 7,
+        "objective_key": "github:acme/shop#7",
+        "task_id": "t1",
+        "head_ref": "keel/fix",
+        "head_sha": "a" * 40,
+        "created_at": NOW,
+        "updated_at": NOW,
     }
     with engine.begin() as connection:
         connection.execute(pull_links.insert(), [row])

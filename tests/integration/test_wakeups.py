@@ -60,9 +60,11 @@ async def test_listen_wakes_other_process_notifier_when_postgres_commits(db_url:
 class _CountingLeases(Leases):
     looks = 0
 
-    async def claim_next(self, worker: str, *, scan: int = 8) -> Claimed | NoMatch:
+    async def claim_next(
+        self, worker: str, *, scan: int = 8, machine: str | None = None
+    ) -> Claimed | NoMatch:
         self.looks += 1
-        return await super().claim_next(worker, scan=scan)
+        return await super().claim_next(worker, scan=scan, machine=machine)
 
 
 class _RecordingRunner:

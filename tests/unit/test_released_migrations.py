@@ -86,23 +86,27 @@ def test_an_edited_migration_is_refused_with_what_to_do(tmp_path: Path) -> None:
     assert "add a new migration after the head" in problem
 
 
+# The newest migration: renaming it leaves the chain whole, so only the record objects.
+HEAD = ScriptDirectory(str(SCRIPTS)).get_current_head() or ""
+
+
 def test_a_renamed_revision_is_refused(tmp_path: Path) -> None:
     scripts = _copy(tmp_path)
     versions = scripts / "versions"
-    old = (versions / "0010_outbox.py").read_text()
-    (versions / "0010_outbox.py").write_text(old.replace('"0010_outbox"', '"0011_outbox"'))
+    old = (versions / f"{HEAD}.py").read_text()
+    (versions / f"{HEAD}.py").write_text(old.replace(f'"{HEAD}"', '"9999_renamed"'))
     [gone, new] = problems(scripts)
-    assert gone.startswith("released migration 0010_outbox (0010_outbox.py) is gone")
-    assert "now says revision 0011_outbox" in gone
-    assert new.startswith("migration 0011_outbox (0010_outbox.py) is not in released.txt")
+    assert gone.startswith(f"released migration {HEAD} ({HEAD}.py) is gone")
+    assert "now says revision 9999_renamed" in gone
+    assert new.startswith(f"migration 9999_renamed ({HEAD}.py) is not in released.txt")
 
 
 def test_a_new_migration_asks_to_be_recorded(tmp_path: Path) -> None:
     scripts = _copy(tmp_path)
-    new = 'revision = "0011_next"\ndown_revision = "0010_outbox"\n\n\ndef upgrade() -> None:\n'
-    (scripts / "versions" / "0011_next.py").write_text(new + "    pass\n")
-    digest = hashlib.sha256((scripts / "versions" / "0011_next.py").read_bytes()).hexdigest()
+    new = f'revision = "9999_next"\ndown_revision = "{HEAD}"\n\n\ndef upgrade() -> None:\n'
+    (scripts / "versions" / "9999_next.py").write_text(new + "    pass\n")
+    digest = hashlib.sha256((scripts / "versions" / "9999_next.py").read_bytes()).hexdigest()
     assert problems(scripts) == [
-        f"migration 0011_next (0011_next.py) is not in released.txt; once it is on main, add "
-        f"the line: 0011_next 0011_next.py {digest}"
+        f"migration 9999_next (9999_next.py) is not in released.txt; once it is on main, add "
+        f"the line: 9999_next 9999_next.py {digest}"
     ]

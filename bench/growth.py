@@ -99,7 +99,7 @@ _IDENTITIES = (
     ("signals", "id"), ("signals", "delivery_id"), ("signals", "dedupe_key"),
     ("signals", "thread_ref"), ("signals", "objective_key"), ("mailbox_messages", "id"),
     ("deliveries", "token"), ("outbox", "idempotency_key"), ("outbox", "thread_ref"),
-    ("executions", "lease_id"),
+    ("executions", "lease_id"), ("machines", "machine_id"),
 )
 
 

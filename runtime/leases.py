@@ -51,18 +51,19 @@ class Leases:
         tree = q.lock_tree(session, task_id)  # the task before its execution
         if tree is None:
             return NoMatch("task missing")
-        moved_from = None
-        if machine is not None and tree.repo is not None:
-            taken = _take_workspace(session, tree, machine, now)
-            if isinstance(taken, owners.Elsewhere):
-                # Its owner became live again between the lookup and this claim: the task
-                # is the owner's to run, so it gets the delivery this claim consumed.
-                deliveries.add_delivery(session, task_id, "owner", now, now)
-                return NoMatch(f"its workspace is on {taken.machine_id}")
-            moved_from = taken.owner.taken_from
         lease = executions.take_lease(session, task_id, worker, now, self.lease_seconds)
         if lease is None:
             return NoMatch(_not_leased(session, task_id))
+        moved_from = None
+        if machine is not None and tree.repo is not None:
+            taken = _take_workspace(session, tree, task_id, machine, now)
+            if isinstance(taken, owners.Elsewhere):
+                # Its owner (or a lease of one of its workers) is still live: the task is
+                # theirs to run, so they get the delivery this claim consumed, when due.
+                executions.give_back_lease(session, task_id, lease.lease_id)
+                deliveries.add_delivery(session, task_id, "owner", taken.until or now, now)
+                return NoMatch(f"its workspace is on {taken.machine_id}")
+            moved_from = taken.owner.taken_from
         task = q.start_running(session, task_id, now)
         if task is None:
             return NoMatch("task missing")
@@ -140,11 +141,12 @@ class Leases:
 
 
 def _take_workspace(
-    session: Transaction, tree: q.Tree, machine: str, now: datetime
+    session: Transaction, tree: q.Tree, task_id: str, machine: str, now: datetime
 ) -> owners.Held | owners.Elsewhere:
-    """Take the task tree's workspace for ``machine``, handing the tree over when it comes
-    from a lost machine; or the live machine that holds it."""
-    taken = owners.take_workspace(session, tree.root_id, machine, now)
+    """Take the task tree's workspace for ``machine`` (claiming ``task_id``, whose lease
+    this claim holds), handing the tree over when it comes from a lost machine; or the
+    machine that still holds it."""
+    taken = owners.take_workspace(session, tree.root_id, machine, now, claiming=task_id)
     if isinstance(taken, owners.Held) and taken.owner.taken_from is not None:
         _hand_over(session, taken.owner, now)
     return taken

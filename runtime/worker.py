@@ -69,13 +69,16 @@ class Worker:
         loops = [
             asyncio.create_task(self._loop(f"{self.name}/{i}")) for i in range(self.concurrency)
         ]
-        sweeper = asyncio.create_task(self._sweep_loop())
+        background = [asyncio.create_task(self._sweep_loop())]
+        if self.machine is not None:
+            background.append(asyncio.create_task(self._machine_loop()))
         try:
             await asyncio.gather(*loops)
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def stop(self) -> None:
         self.stopping.set()
@@ -158,12 +161,21 @@ class Worker:
         interval = max(0.5, self.scheduler.lease_seconds / 3)
         while True:
             try:
-                if self.machine is not None:
-                    await self._renew_machine()
                 await self.scheduler.transact(self.scheduler.sweep)
             except Exception:  # loop boundary: try again next round
                 log.exception("sweep failed")
             await asyncio.sleep(interval)
+
+    async def _machine_loop(self) -> None:
+        """Renew the machine's lease on a loop of its own: a sweep that fails or runs long
+        must not let this machine's workspaces pass to another while its workers run."""
+        interval = self.scheduler.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._renew_machine()
+            except Exception:  # loop boundary: try again next round
+                log.exception("renewing the machine's lease failed")
 
     async def _renew_machine(self) -> None:
         """This machine's workspaces stay its own for one more lease."""

@@ -10,15 +10,16 @@ workspace over, and restores it from the latest snapshot recorded here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, bindparam, exists
+from sqlalchemy import Table, bindparam, exists, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from runtime.store.models import (
     DeliveryRow,
+    ExecutionRow,
     MachineRow,
     TaskRow,
     UtcDateTime,
@@ -55,9 +56,11 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class Elsewhere:
-    """Another machine holds the workspace and its lease is live."""
+    """Another machine holds the workspace: its lease is live, or a task of the tree is
+    still leased by one of its workers (until ``until``)."""
 
     machine_id: str
+    until: datetime | None = None
 
 
 def renew_machine(session: Session, machine_id: str, now: datetime, lease_seconds: float) -> None:
@@ -77,12 +80,15 @@ def machine_is_live(session: Session, machine_id: str, now: datetime) -> bool:
 
 
 def take_workspace(
-    session: Session, root_id: str, machine_id: str, now: datetime
+    session: Session, root_id: str, machine_id: str, now: datetime, claiming: str = ""
 ) -> Held | Elsewhere:
     """Make ``machine_id`` the owner of the tree's workspace unless a live machine holds it.
 
-    The row is locked (PostgreSQL) so two machines that both saw a lost owner do not both
-    take the workspace; the loser finds the winner live. On SQLite writers are serial."""
+    A machine whose lease passed still holds it while a task of the tree other than
+    ``claiming`` is leased (its worker may still be running a phase there: the two leases
+    are renewed apart). The row is locked (PostgreSQL) so two machines that both saw a lost
+    owner do not both take the workspace; the loser finds the winner live. On SQLite writers
+    are serial."""
     row = session.get(WorkspaceOwnerRow, root_id, with_for_update=True)
     if row is None:
         row = WorkspaceOwnerRow(root_id=root_id, machine_id=machine_id, since=now)
@@ -92,9 +98,25 @@ def take_workspace(
     if row.machine_id != machine_id:
         if machine_is_live(session, row.machine_id, now):
             return Elsewhere(row.machine_id)
+        leased = _leased_until(session, root_id, claiming, now)
+        if leased is not None:
+            return Elsewhere(row.machine_id, leased)
         row.taken_from, row.machine_id, row.since = row.machine_id, machine_id, now
         session.flush()
     return Held(_owner(row))
+
+
+def _leased_until(session: Session, root_id: str, claiming: str, now: datetime) -> datetime | None:
+    """When the last live lease on a task of the tree (but ``claiming``) runs out."""
+    query = select(func.max(_EXECUTIONS.c.lease_expires_at)).where(
+        _EXECUTIONS.c.task_id == _TASKS.c.id,
+        _TASKS.c.root_id == root_id,
+        _TASKS.c.id != claiming,
+        _EXECUTIONS.c.lease_id.is_not(None),
+        _EXECUTIONS.c.lease_expires_at > now,
+    )
+    until = session.execute(query).scalar()
+    return None if until is None else _aware(until)
 
 
 def owner_of(session: Session, root_id: str) -> Owner | None:
@@ -131,7 +153,12 @@ def _owner(row: WorkspaceOwnerRow) -> Owner:
     return Owner(row.root_id, row.machine_id, row.since, snapshot, row.taken_from)
 
 
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 _DELIVERIES = cast(Table, DeliveryRow.__table__)
+_EXECUTIONS = cast(Table, ExecutionRow.__table__)
 _TASKS = cast(Table, TaskRow.__table__)
 _OWNERS = cast(Table, WorkspaceOwnerRow.__table__)
 _MACHINES = cast(Table, MachineRow.__table__)

@@ -13,18 +13,19 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import yaml
 
 from adapters.demo.repo import create_sample_repo
 from runtime.clock import ManualClock, SystemClock
-from runtime.leases import Claimed, Leases
+from runtime.leases import Claimed, Leases, NoMatch
 from runtime.scheduler import Scheduler
-from runtime.store import mailbox, owners, tool_calls
+from runtime.store import deliveries, mailbox, owners, tool_calls
 from runtime.store.engine import Database
 from runtime.store.records import Lease
+from tests.factories import make_spec
 from tests.harness import schedule_task, until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +169,10 @@ async def _release(db: Database, leases: Leases, lease: Lease, clock: ManualCloc
     await db.run(lambda s: leases.release(s, lease, clock.now()))
 
 
+async def _ready(db: Database, at: datetime) -> int:
+    return len(await db.read(lambda s: deliveries.next_ready_tokens(s, at, 10, False)))
+
+
 async def _renew(db: Database, machine: str, clock: ManualClock) -> None:
     await db.run(lambda s: owners.renew_machine(s, machine, clock.now(), 60))
 
@@ -193,3 +198,32 @@ async def _command_is(db: Database, task_id: str, state: str) -> bool:
 async def _status_is(db: Database, task_id: str, status: str) -> bool:
     task = await Scheduler(db).get(task_id)
     return task is not None and task.status.value == status
+
+
+async def test_a_tree_still_leased_by_the_lost_machine_is_not_taken_over(db_url: str) -> None:
+    """Machine a's lease passed, but one of its workers still holds the lease of a task of
+    the tree (the two leases are renewed apart): b claims nothing of the tree until that
+    lease has passed too, and the delivery it looked at waits for then, not a hot loop."""
+    db = Database.from_url(db_url)
+    root = await schedule_task(db, repo="shop", message="the parent")
+    clock = ManualClock(SystemClock().now() + timedelta(seconds=1))
+    scheduler = Scheduler(db, lease_seconds=120, clock=clock)
+    leases = scheduler.leases
+    await _renew(db, "a", clock)
+    held = await leases.claim_next("a/0", machine="a")
+    assert isinstance(held, Claimed) and held.task.task_id == root.task_id
+    child = make_spec(parent_id=root.task_id, child_key="c1", repo="shop", message="the child")
+    await scheduler.transact(scheduler.schedule_child, child, max_tree_tasks=10)
+    clock.advance(61)  # a's machine lease passed; its worker's lease on the parent has not
+    await _renew(db, "b", clock)
+    assert isinstance(await leases.claim_next("b/0", machine="b"), NoMatch)
+    # b looked at the child's delivery and put it back for when the parent's lease ends.
+    assert await _ready(db, clock.now()) == 0
+    assert await _ready(db, clock.now() + timedelta(seconds=60)) == 1
+    owner = await db.read(lambda s: owners.owner_of(s, root.task_id))
+    assert owner is not None and owner.machine_id == "a"
+    clock.advance(60)  # the parent's lease passed too
+    await _renew(db, "b", clock)
+    taken = await leases.claim_next("b/0", machine="b")
+    assert isinstance(taken, Claimed) and taken.moved_from == "a"
+    db.close()

@@ -17,7 +17,10 @@ from routing.outcome import Ledger
 from routing.plan import BadPlan, from_plan
 from routing.policy import RoutingPolicy
 from routing.repos import (
+    MAX_OPTIONS,
+    MAX_VALUE,
     NO_REPO,
+    answer_text,
     answered_text,
     choice_name,
     expired_text,
@@ -155,6 +158,16 @@ class RepoQuestions:
             *(Action(name=name, label=repo, value=repo) for repo in repos),
             Action(name=name, label="No repository", value=NO_REPO),
         )
+
+
+def offered_options(policy: RoutingPolicy, name: str, typed: str) -> list[tuple[str, str]]:
+    """(label, value) of a repository question's options whose name contains ``typed``:
+    at most ``MAX_OPTIONS``, "no repository" first. Nothing for a choice that is not one."""
+    if answer_text(name, NO_REPO) is None or policy.reach is None:
+        return []
+    needle = typed.strip().lower()
+    found = [r for r in policy.reach.offered() if needle in r.lower() and len(r) <= MAX_VALUE]
+    return [("No repository", NO_REPO), *((r, r) for r in found[: MAX_OPTIONS - 1])]
 
 
 def _question(record: SignalRecord | None) -> AskRepo | None:

@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from adapters.emulators.faults import EmulatorState, FaultRaised, RecordingMiddleware, gate_of
+from adapters.emulators.slack_blocks import check_blocks
 from adapters.emulators.slack_socket import SocketHub
 
 Args = dict[str, Any]
@@ -36,7 +37,7 @@ class SlackError(Exception):
     """A Slack ``{"ok": false, "error": code}`` answer; ``extra`` adds fields such as
     ``needed`` and ``provided`` of a ``missing_scope``."""
 
-    def __init__(self, code: str, **extra: str) -> None:
+    def __init__(self, code: str, **extra: str | list[str]) -> None:
         super().__init__(code)
         self.code = code
         self.extra = extra
@@ -407,6 +408,7 @@ def chat_post_message(state: SlackState, args: Args) -> Args:
     blocks = _parsed_json(args.get("blocks"))
     if not text and not blocks:
         raise SlackError("no_text")
+    check_blocks(blocks)
     message = SlackMessage(
         channel=channel,
         ts=state.next_ts(),
@@ -436,7 +438,7 @@ def chat_update(state: SlackState, args: Args) -> Args:
     if "text" in args:
         message.text = str(args["text"])
     if "blocks" in args:
-        message.blocks = _parsed_json(args["blocks"])
+        message.blocks = check_blocks(_parsed_json(args["blocks"]))
     if "metadata" in args:
         message.metadata = _parsed_json(args["metadata"])
     message.edited = True

@@ -25,6 +25,7 @@ from routing.repos import (
     choice_name,
     expired_text,
     question_text,
+    unanswered_text,
 )
 from routing.result import IngestResult
 from routing.router import AskRepo, ChooseRepo
@@ -37,6 +38,10 @@ from runtime.store.engine import Transaction
 from runtime.store.records import TaskSpec
 from runtime.store.signals import PENDING, SignalRecord
 from runtime.surfaces import Action
+
+# The reasons an asked request is settled with: picked by someone, or nobody in time.
+CHOSEN_BY = "repository chosen by "
+UNANSWERED = "no repository chosen in time"
 
 
 def creation_key(signal_id: str) -> str:
@@ -78,8 +83,9 @@ class RepoQuestions:
                 body=expired_text(seconds),
                 now=now,
             )
-            outbox.set_body(session, question_key(record.signal_id), self._asked(record), ())
-            return self.ledger.settle_in(session, record, "drop", "no repository chosen")
+            ended = unanswered_text(self._asked(record))
+            outbox.set_body(session, question_key(record.signal_id), ended, ())
+            return self.ledger.settle_in(session, record, "drop", UNANSWERED)
         outbox.enqueue_post(
             session,
             task_id="",
@@ -98,12 +104,14 @@ class RepoQuestions:
     ) -> IngestResult:
         """Start the asked request in the picked repository, if the pick still counts."""
         asked = store.get_signal(session, pick.question)
-        ask = _question(asked)
-        if asked is None or ask is None or not _same_thread(asked, record):
+        if asked is None or not _same_thread(asked, record):
             return self.ledger.settle_in(session, record, "drop", "not_addressed")
-        if asked.decision != PENDING:
-            why = "answered" if asked.decision == "new_task" else "expired"
-            return self.ledger.settle_in(session, record, "drop", why, asked.task_id)
+        ended = _ended(asked)
+        if ended is not None:
+            return self.ledger.settle_in(session, record, "drop", ended, asked.task_id)
+        ask = _question(asked)
+        if ask is None or asked.decision != PENDING:
+            return self.ledger.settle_in(session, record, "drop", "not_addressed")
         if self.clock.now() >= self._deadline(asked):
             return self.ledger.settle_in(session, record, "drop", "expired")
         if pick.repo is not None and pick.repo not in self._offerable():
@@ -111,7 +119,8 @@ class RepoQuestions:
         task_id = self._start_in(session, asked, ask, pick.repo)
         self.ledger.attempt_in(session, record, task_id, creation_key(asked.signal_id), "chosen")
         who = (record.actor.name or record.actor.id) if record.actor else "someone"
-        store.set_decision(session, asked.signal_id, "new_task", f"chosen by {who}", task_id)
+        chosen_by = f"{CHOSEN_BY}{who}"
+        store.set_decision(session, asked.signal_id, "new_task", chosen_by, task_id)
         body = answered_text(self._asked(asked), who, pick.repo)
         outbox.set_body(session, question_key(asked.signal_id), body, ())
         chosen = pick.repo or "no repository"
@@ -168,6 +177,15 @@ def offered_options(policy: RoutingPolicy, name: str, typed: str) -> list[tuple[
     needle = typed.strip().lower()
     found = [r for r in policy.reach.offered() if needle in r.lower() and len(r) <= MAX_VALUE]
     return [("No repository", NO_REPO), *((r, r) for r in found[: MAX_OPTIONS - 1])]
+
+
+def _ended(asked: SignalRecord) -> str | None:
+    """Why a pick under ``asked`` comes too late, if its question was settled already."""
+    if asked.decision == "new_task" and (asked.reason or "").startswith(CHOSEN_BY):
+        return "answered"
+    if asked.decision == "drop" and asked.reason == UNANSWERED:
+        return "expired"
+    return None
 
 
 def _question(record: SignalRecord | None) -> AskRepo | None:

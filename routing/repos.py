@@ -219,6 +219,10 @@ def answered_text(question: str, who: str, repo: str | None) -> str:
     return f"{question}\n\n✅ {who} chose {chosen}."
 
 
+def unanswered_text(question: str) -> str:
+    return f"{question}\n\n⌛ Nobody chose a repository in time."
+
+
 def expired_text(seconds: float) -> str:
     return (
         f"No repository was chosen within {seconds:g}s, so I did not start on this request. "

@@ -23,8 +23,8 @@ from routing.repos import Named, named_in
 from runtime.config import RepositoryConfig
 from runtime.errors import KeelError, NotFound, Permanent
 from runtime.executor import handover
-from runtime.scheduler import Scheduler
 from runtime.ids import SignalId
+from runtime.scheduler import Scheduler
 from runtime.store import links, signals
 from runtime.store.records import Task
 from runtime.threads import GitHubIssue

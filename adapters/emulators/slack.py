@@ -27,7 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from adapters.emulators.faults import EmulatorState, FaultRaised, RecordingMiddleware, gate_of
-from adapters.emulators.slack_blocks import check_blocks
+from adapters.emulators.slack_blocks import InvalidBlocks, check_blocks
 from adapters.emulators.slack_socket import SocketHub
 
 Args = dict[str, Any]
@@ -37,7 +37,7 @@ class SlackError(Exception):
     """A Slack ``{"ok": false, "error": code}`` answer; ``extra`` adds fields such as
     ``needed`` and ``provided`` of a ``missing_scope``."""
 
-    def __init__(self, code: str, **extra: str | list[str]) -> None:
+    def __init__(self, code: str, **extra: str) -> None:
         super().__init__(code)
         self.code = code
         self.extra = extra
@@ -803,6 +803,8 @@ def create_slack_app(state: SlackState) -> FastAPI:
             return JSONResponse(await _answer(state, method, request))
         except SlackError as e:
             return JSONResponse({"ok": False, "error": e.code, **e.extra})
+        except InvalidBlocks as e:
+            return JSONResponse({"ok": False, "error": "invalid_blocks", "errors": e.errors})
         except FaultRaised as raised:
             return _fault_response(raised)
 

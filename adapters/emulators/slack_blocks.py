@@ -1,23 +1,14 @@
-"""Block Kit as Slack checks it, and the interactivity payloads Slack sends when a person
-uses it: the part of Block Kit Keel posts (section, actions; button, static_select,
-external_select), with the limits of Slack's Block Kit reference, and ``block_actions`` /
-``block_suggestion`` payloads shaped as Slack's interactivity reference describes them
-(https://api.slack.com/reference/interaction-payloads/block-actions and
-https://api.slack.com/reference/block-kit/block-elements#external_select).
-
-A post whose blocks break a limit is refused as Slack refuses it: ``invalid_blocks`` with
-an ``errors`` list, each naming the offending place by a JSON pointer.
+"""Block Kit as Slack checks it: the part Keel posts (section, actions; button,
+static_select, external_select), with the limits of Slack's Block Kit reference
+(https://api.slack.com/reference/block-kit). A post whose blocks break one is refused as
+Slack refuses it: ``invalid_blocks`` with an ``errors`` list, each naming the offending
+place by a JSON pointer (``InvalidBlocks``, answered by ``slack.py``).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from adapters.emulators.slack import SlackMessage, SlackState
+from typing import Any
 
 # Block Kit's limits (Slack's Block Kit reference).
 MAX_BLOCKS = 50
@@ -34,15 +25,21 @@ _ELEMENTS = frozenset({"button", "static_select", "external_select"})
 _BLOCKS = frozenset({"section", "actions", "divider", "context", "header"})
 
 
-def check_blocks(blocks: Any) -> Any:
-    """``blocks`` as given, or the ``invalid_blocks`` error Slack answers for them."""
-    from adapters.emulators.slack import SlackError
+class InvalidBlocks(Exception):
+    """Slack's ``invalid_blocks``, with its ``errors``."""
 
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("invalid_blocks")
+        self.errors = errors
+
+
+def check_blocks(blocks: Any) -> Any:
+    """``blocks`` as given, or ``InvalidBlocks`` with what Slack would say of them."""
     if blocks is None:
         return None
     errors = list(_block_errors(blocks))
     if errors:
-        raise SlackError("invalid_blocks", errors=errors)
+        raise InvalidBlocks(errors)
     return blocks
 
 
@@ -133,90 +130,3 @@ def _text_errors(text: Any, limit: int, at: str, *, plain: bool = False) -> Iter
         yield f"must be a non-empty string [json-pointer:{at}/text]"
     elif len(body) > limit:
         yield f"must be less than {limit + 1} characters [json-pointer:{at}/text]"
-
-
-# -- what Slack sends back ----------------------------------------------------------------
-
-
-def select_of(message: SlackMessage, prefix: str) -> tuple[str, dict[str, Any]]:
-    """The (block_id, element) of the message's select whose action_id starts ``prefix``."""
-    for n, block in enumerate(message.blocks or []):
-        for element in block.get("elements", []) if block.get("type") == "actions" else []:
-            selects = ("static_select", "external_select")
-            if element["type"] in selects and element["action_id"].startswith(prefix):
-                return str(block.get("block_id") or f"b{n}"), element
-    raise LookupError(f"no select {prefix}* on message {message.ts}")
-
-
-def block_actions(
-    state: SlackState,
-    message: SlackMessage,
-    *,
-    user: str,
-    action_id_prefix: str,
-    value: str,
-    label: str | None = None,
-) -> dict[str, Any]:
-    """A ``block_actions`` payload for picking ``value`` in the message's select, as Slack
-    sends it: the pick in ``actions[0].selected_option`` and in ``state.values``. The value
-    need not be one of the offered options: a forged payload is what tests need too."""
-    block_id, element = select_of(message, action_id_prefix)
-    option = {"text": {"type": "plain_text", "text": label or value, "emoji": True}, "value": value}
-    picked = {"type": element["type"], "selected_option": option}
-    return {
-        **_interaction(state, message, user, "block_actions"),
-        "state": {"values": {block_id: {element["action_id"]: picked}}},
-        "actions": [
-            {
-                **picked,
-                "action_id": element["action_id"],
-                "block_id": block_id,
-                "placeholder": element.get("placeholder"),
-                "action_ts": f"{time.time():.6f}",
-            }
-        ],
-    }
-
-
-def block_suggestion(
-    state: SlackState, message: SlackMessage, *, user: str, action_id_prefix: str, typed: str
-) -> dict[str, Any]:
-    """A ``block_suggestion`` payload: a person typed ``typed`` into an external select."""
-    block_id, element = select_of(message, action_id_prefix)
-    payload = _interaction(state, message, user, "block_suggestion")
-    payload.pop("trigger_id")
-    payload.pop("response_url")
-    return payload | {"action_id": element["action_id"], "block_id": block_id, "value": typed}
-
-
-def _interaction(state: SlackState, message: SlackMessage, user: str, kind: str) -> dict[str, Any]:
-    root = message.thread_ts or message.ts
-    return {
-        "type": kind,
-        "team": {"id": state.team_id, "domain": "keel-emulated"},
-        "user": {
-            "id": user,
-            "username": user.lower(),
-            "name": user.lower(),
-            "team_id": state.team_id,
-        },
-        "api_app_id": state.app_id,
-        "token": "unused",
-        "container": {
-            "type": "message",
-            "message_ts": message.ts,
-            "channel_id": message.channel,
-            "is_ephemeral": False,
-            "thread_ts": root,
-        },
-        "trigger_id": uuid.uuid4().hex,
-        "channel": {"id": message.channel, "name": state.channels.get(message.channel, "")},
-        "message": {
-            "type": "message",
-            "ts": message.ts,
-            "thread_ts": root,
-            "text": message.text,
-            "blocks": message.blocks or [],
-        },
-        "response_url": "https://hooks.slack.invalid/actions/unused",
-    }

@@ -22,7 +22,7 @@ from adapters.emulators.github_git import init_bare_repository
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
 from adapters.emulators.slack import SlackMessage, SlackState, create_slack_app
-from adapters.emulators.slack_blocks import block_actions, block_suggestion
+from adapters.emulators.slack_interactions import block_actions, block_suggestion
 from adapters.emulators.webhooks import sign_slack
 from adapters.web.app import create_app
 from runtime.store import tasks as q
@@ -171,6 +171,14 @@ def _questions(live: Live, channel: str, root_ts: str) -> list[SlackMessage]:
     return [m for m in _bot_posts(live, channel, root_ts) if "Which repository" in m.text]
 
 
+def _select(question: SlackMessage) -> dict[str, Any]:
+    """The question's one select, as posted."""
+    assert question.blocks, "the question has no blocks"
+    [element] = question.blocks[1]["elements"]
+    assert isinstance(element, dict)
+    return element
+
+
 async def _asked(live: Live, channel: str, root_ts: str) -> SlackMessage:
     async def posted() -> bool:
         return bool(_questions(live, channel, root_ts))
@@ -237,7 +245,7 @@ async def test_question_is_asked_once_refuses_a_stranger_and_survives_a_restart(
             event = _mention(live, "fix the flaky test", OPEN)
             await live.send_slack(event, event_id="EvASKONCE01", times=3)  # Slack retrying
             question = await _asked(live, OPEN, event["ts"])
-            [element] = question.blocks[1]["elements"] if question.blocks else [None]
+            element = _select(question)
             offered = [o["value"] for o in element["options"]]
             stranger = block_actions(
                 live.slack, question, user=MALLORY, action_id_prefix=PICK, value="probe/two"
@@ -326,7 +334,7 @@ async def test_many_repositories_are_searched_rather_than_listed(
             live.slack, question, user=PERSON, action_id_prefix=PICK, typed="r11"
         )
         found = await _post(live, search)
-    [element] = question.blocks[1]["elements"] if question.blocks else [None]
+    element = _select(question)
     assert element["type"] == "external_select" and "options" not in element
     assert found.status_code == 200
     values = [o["value"] for o in found.json()["options"]]

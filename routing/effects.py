@@ -3,7 +3,7 @@ it asks for, each keyed so that a second run converges on the first one's effect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, assert_never
 
 from routing.daemons import DaemonDefinition
@@ -133,11 +133,21 @@ class Effects:
         if existing is not None:
             self.ledger.attempt_in(session, record, existing.task_id, key, "found_created")
             return self.ledger.settle_in(session, record, fresh.decision, None, existing.task_id)
-        spec = self._spec(record, fresh, follows, key)
+        spec = self._spec(record, self._kept_in(session, fresh, follows), follows, key)
         task_id = self.scheduler.schedule(session, spec).task.task_id
         self.ledger.attempt_in(session, record, task_id, key, "scheduled")
         reason = f"follows {follows}" if follows else None
         return self.ledger.settle_in(session, record, fresh.decision, reason, task_id)
+
+    def _kept_in(self, session: Transaction, fresh: _Fresh, follows: TaskId | None) -> _Fresh:
+        """A person's follow-up stays in the repository of the task it follows, unless it
+        chose one (a daemon's next activation goes where its event is)."""
+        if fresh.where is not None or follows is None or fresh.decision != "new_task":
+            return fresh
+        before = tasks.get_task(session, follows)
+        if before is None or before.repo is None:
+            return fresh
+        return replace(fresh, where=Chosen(before.repo))
 
     def _stop_in(self, session: Transaction, record: SignalRecord, target: TaskId) -> IngestResult:
         key = _stop_key(record)
@@ -156,7 +166,8 @@ class Effects:
         who = (_actor_id(record) or "", _actor_name(record) or "")
         named = self.policy.repo_choice(record.thread_ref, record.text)
         where = named if isinstance(named, Chosen) else None
-        text = without_directives(record.text) if named is not None else record.text
+        # A refused or undecided choice leaves the words for the model to read.
+        text = without_directives(record.text) if where is not None else record.text
         repo = where.repo if where is not None else None
         choice = self.policy.agent_for(record.thread_ref, who, text, repo)
         return _Fresh(

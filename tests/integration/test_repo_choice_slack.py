@@ -197,7 +197,19 @@ async def test_repo_word_wins_over_the_channel_and_is_checked_out(
         await live.send_slack(event)
         task = await _started(db, live, CHANNEL, event["ts"])
         said = await _transcript(db, task.task_id)
+        again = f"<@{live.slack.bot_user_id}> now the docs"
+        ts = live.slack.seed_message(CHANNEL, again, user=PERSON, thread_ts=event["ts"])
+        await live.send_slack(live.event(ts, again, kind="app_mention", thread_ts=event["ts"]))
+
+        async def followed() -> bool:
+            latest = await _task(db, live, CHANNEL, event["ts"])
+            return latest is not None and latest.task_id != task.task_id
+
+        await until(followed, 20, "the follow-up started no task")
+        follow_up = await _task(db, live, CHANNEL, event["ts"])
     db.close()
+    assert follow_up is not None and follow_up.follows_task_id == task.task_id
+    assert follow_up.repo == "probe/two"  # its predecessor's, not the channel's
     assert task.status == TaskStatus.succeeded, task.result
     assert task.repo == "probe/two"
     assert task.message == "fix it"  # the directive is not the model's to read

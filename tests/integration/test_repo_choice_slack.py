@@ -282,6 +282,11 @@ async def test_question_is_asked_once_refuses_a_stranger_and_survives_a_restart(
             assert (await _post(live, pick)).status_code == 200
             task = await _started(db, live, OPEN, event["ts"])
             said = await _transcript(db, task.task_id)
+
+            async def shown_answered() -> bool:  # edited in place, at the edit interval
+                return not question.blocks
+
+            await until(shown_answered, 30, "the question still offers its select")
             questions = _questions(live, OPEN, event["ts"])
             notes = [m.text for m in live.slack.ephemeral]
     db.close()
@@ -326,6 +331,11 @@ async def test_silence_ends_the_request_with_the_reason(db_url: str, tmp_path: P
             )
 
         await until(ended, 30, "the unanswered question did not end the request")
+
+        async def shown_ended() -> bool:  # edited in place, at the edit interval
+            return not question.blocks
+
+        await until(shown_ended, 30, "the ended question still offers its select")
         assert (await _post(live, late)).status_code == 200
         await live.note_shown_to(PERSON)
         counts = await live.counts()

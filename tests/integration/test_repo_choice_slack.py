@@ -6,6 +6,7 @@ across a restart, "no repository" allowed, and ended when nobody answers."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,6 +79,14 @@ def _repository(root: Path, name: str, note: str) -> str:
     return bare.as_uri()
 
 
+def _branch(root: Path, name: str, branch: str, note: str) -> None:
+    """Add ``branch`` (one commit of its own) to the bare repository ``name``."""
+    other = init_bare_repository(root / "branches", name, {"PROBE.md": f"{note}\n"}, branch)
+    target = root / f"{name}.git"
+    push = ["git", f"--git-dir={other}", "push", "--quiet", str(target), f"{branch}:{branch}"]
+    subprocess.run(push, check=True, capture_output=True)
+
+
 def _script(folder: Path) -> Path:
     """Read the checkout's PROBE.md when there is one, then answer."""
     read = {"name": "run_command", "args": {"command": "cat PROBE.md || echo no-checkout"}}
@@ -99,6 +108,7 @@ def stack(
         "probe/one": {"url": _repository(probes, "probe/one", "probe one"), "ref": "main"},
         "probe/two": {"url": _repository(probes, "probe/two", "probe two"), "ref": "main"},
     }
+    _branch(probes, "probe/two", "feature", "probe two feature")
     for n in range(many):
         repositories[f"bulk/r{n:03d}"] = repositories["probe/one"]
     extra = {
@@ -110,6 +120,8 @@ def stack(
     }
     slack, github = SlackState(), GitHubState()
     github.add_repo(SHOP).resolve_branch = lambda branch: branch_head(bare, branch)
+    two = probes / "probe/two.git"
+    github.add_repo("probe/two").resolve_branch = lambda branch: branch_head(two, branch)
     slack.tokens.add(BOT_TOKEN)
     slack.add_user(PERSON, "dana", real_name="Dana")
     slack.add_user(MALLORY, "mallory")
@@ -214,6 +226,24 @@ async def test_repo_word_wins_over_the_channel_and_is_checked_out(
     assert task.repo == "probe/two"
     assert task.message == "fix it"  # the directive is not the model's to read
     assert "probe two" in said
+
+
+async def test_branch_word_and_pull_request_link_start_the_checkout_on_their_branch(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url)
+    with stack(tmp_path, db_url) as keel, keel.keel() as live:
+        number = live.github.add_pull("probe/two", "Feature", user="octo", head="feature")
+        named = _mention(live, "repo=probe/two branch=feature check it", OPEN)
+        await live.send_slack(named)
+        by_branch = await _started(db, live, OPEN, named["ts"])
+        linked = _mention(live, f"review <https://github.com/probe/two/pull/{number}>", OPEN)
+        await live.send_slack(linked)
+        by_pull = await _started(db, live, OPEN, linked["ts"])
+        said = [await _transcript(db, t.task_id) for t in (by_branch, by_pull)]
+    db.close()
+    assert (by_branch.repo, by_pull.repo) == ("probe/two", "probe/two")
+    assert all("probe two feature" in text for text in said), said
 
 
 async def test_github_link_chooses_the_repository_when_nothing_else_names_one(

@@ -2,8 +2,11 @@
 workspace, shaped as Slack's interactivity reference describes them: ``block_actions`` for a
 pick in a select (https://api.slack.com/reference/interaction-payloads/block-actions) and
 ``block_suggestion`` for a search in an external select
-(https://api.slack.com/reference/block-kit/block-elements#external_select). Tests sign and
-post them to Keel's ``/slack/interactivity`` as Slack would.
+(https://api.slack.com/reference/block-kit/block-elements#external_select). The
+``block_suggestion`` fields are those of slackapi/bolt-python's own test payload
+(tests/scenario_tests_async/test_block_suggestion.py, commit c7bee97), with a message
+container instead of a modal's. Tests sign and post them to Keel's ``/slack/interactivity``
+as Slack would.
 """
 
 from __future__ import annotations

@@ -160,9 +160,10 @@ class RepoQuestions:
         return question_text(who, self.policy.repo_question_s)
 
     def _options(self, question: SignalId) -> tuple[Action, ...]:
-        """One select: every repository Keel offers, then "no repository"."""
+        """One select: every repository Keel offers, then "no repository". Past what one
+        select lists the options are searched, so the post keeps no more than shows that."""
         name = choice_name(question)
-        repos = sorted(self._offerable(), key=str.lower)
+        repos = sorted(self._offerable(), key=str.lower)[:MAX_OPTIONS]
         return (
             *(Action(name=name, label=repo, value=repo) for repo in repos),
             Action(name=name, label="No repository", value=NO_REPO),

@@ -198,6 +198,7 @@ class Keel:
             github_bot_login=cfg.github.bot_login,
             github_app_id=cfg.github.app.app_id,
             agents=cfg.agents,
+            reach=self.checkouts,
         )
 
     # -- surfaces, tools and the executor ------------------------------------------------

@@ -19,11 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from routing.repos import Named, named_in
 from runtime.config import RepositoryConfig
 from runtime.errors import KeelError, NotFound, Permanent
 from runtime.executor import handover
+from runtime.ids import SignalId
 from runtime.scheduler import Scheduler
-from runtime.store import links
+from runtime.store import links, signals
 from runtime.store.records import Task
 from runtime.threads import GitHubIssue
 from runtime.workspace import Workspaces, WorkspaceSpec
@@ -31,6 +33,7 @@ from runtime.workspace.egress import PACKAGE_REGISTRIES, Egress
 from runtime.workspace.setup import SetupDefinition, SetupReport, Setups, Started
 
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
+_GLOB = re.compile(r"[*?\[\]]")
 
 
 class RepositoryHost(Protocol):
@@ -39,6 +42,13 @@ class RepositoryHost(Protocol):
     async def clone_url(self, repo: str) -> str: ...
 
     async def git_token(self, repo: str) -> str | None: ...
+
+    async def get_pull(self, repo: str, number: int) -> PullHead: ...
+
+
+class PullHead(Protocol):
+    @property
+    def head_ref(self) -> str: ...
 
 
 def allowed(repo: str, patterns: Sequence[str]) -> bool:
@@ -81,6 +91,17 @@ class Checkouts:
         if repo in self.repositories:
             return True
         return self.host is not None and is_github_name(repo) and allowed(repo, self.allow)
+
+    def offered(self) -> list[str]:
+        """The repositories a person may pick for a request: the configured ones, and the
+        allow-list's exact names while GitHub is connected. A pattern (``acme/*``) names no
+        repository to offer: GitHub is never asked on the request path which ones it has."""
+        github = [
+            repo
+            for repo in self.allow
+            if self.host is not None and is_github_name(repo) and not _GLOB.search(repo)
+        ]
+        return sorted({*self.repositories, *github}, key=str.lower)
 
     async def workspace_for(self, task: Task) -> Path | None:
         if task.root_id in self._paths:
@@ -152,7 +173,11 @@ class Checkouts:
         """The branch the task's work continues on, so its pushes follow that branch (and
         update its pull request) instead of starting over from the default: the branch of
         the pull request a task opened when the task began on it, else the branch the task
-        it follows handed on (``runtime.executor.handover``)."""
+        it follows handed on (``runtime.executor.handover``). A branch or pull request the
+        request itself named comes first."""
+        requested = await self._requested_branch(root)
+        if requested is not None:
+            return requested
         origin = root.origin_thread_ref
         if isinstance(origin, GitHubIssue):
             link = await self.scheduler.db.read(
@@ -162,6 +187,25 @@ class Checkouts:
                 return link.head_ref
         handed = await handover.handed_on(self.scheduler, root)
         return handed.branch if handed is not None else None
+
+    async def _requested_branch(self, root: Task) -> str | None:
+        """``branch=`` or the head of the pull request linked in the request that created
+        the task, read again from the stored request (``routing.repos.named_in``, as routing
+        read it) when it is about the task's own repository."""
+        key = root.child_key or ""
+        if root.parent_id is not None or not key.startswith("signal:") or root.repo is None:
+            return None
+        signal_id = SignalId(key.removeprefix("signal:"))
+        request = await self.scheduler.db.read(lambda s: signals.get_signal(s, signal_id))
+        named = named_in(request.text) if request is not None else None
+        if not isinstance(named, Named) or named.repo not in (None, root.repo):
+            return None
+        if named.pull is not None and self.host is not None:
+            try:
+                return (await self.host.get_pull(root.repo, named.pull)).head_ref
+            except KeelError:
+                return named.branch  # the pull request is gone: its repository's own ref
+        return named.branch
 
     async def git_token(self, task_id: str, remote_url: str) -> str | None:
         """The token for the task's repository, fresh enough for the push about to happen."""

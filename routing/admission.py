@@ -10,7 +10,19 @@ from typing import assert_never
 
 from routing.plan import label, to_plan
 from routing.policy import RoutingPolicy
-from routing.router import Append, Daemon, Drop, NewTask, Route, RoutingView, Stop, TaskView, decide
+from routing.router import (
+    Append,
+    AskRepo,
+    ChooseRepo,
+    Daemon,
+    Drop,
+    NewTask,
+    Route,
+    RoutingView,
+    Stop,
+    TaskView,
+    decide,
+)
 from routing.signal import Signal
 from runtime.store import signals as store
 from runtime.store.engine import Transaction
@@ -72,8 +84,14 @@ def decided(signal: Signal, admission: Admission, policy: RoutingPolicy) -> Deci
             return dropped(route)
         case Append(task=task) | Stop(task=task):
             return _pending(route, task.task_id)
-        case NewTask(objective_key=objective, follows=follows):
+        case (
+            NewTask(objective_key=objective, follows=follows)
+            | AskRepo(objective_key=objective, follows=follows)
+        ):
+            # A question stays pending until it is answered or its time is up.
             return _pending(route, follows.task_id if follows else None, objective)
+        case ChooseRepo():
+            return _pending(route, None)
         case Daemon(objective_key=objective, task=task):
             # No live activation: its ended one is the target, so the next one follows it.
             if task is None:
@@ -85,7 +103,9 @@ def decided(signal: Signal, admission: Admission, policy: RoutingPolicy) -> Deci
 
 
 def _pending(
-    route: Append | NewTask | Daemon | Stop, target: str | None, objective: str | None = None
+    route: Append | NewTask | AskRepo | ChooseRepo | Daemon | Stop,
+    target: str | None,
+    objective: str | None = None,
 ) -> Decided:
     verdict = Verdict(PENDING, label(route), target, objective_key=objective, plan=to_plan(route))
     return Decided(route, verdict)

@@ -55,6 +55,9 @@ class RoutingConfig(ConfigSection):
     stop_reaction: str = "octagonal_sign"
     channel_repos: dict[str, Key] = Field(default_factory=dict)
     default_repo: Annotated[Key | None, BeforeValidator(blank_to_none)] = None
+    # When neither the request, its channel nor default_repo names a repository, Keel asks
+    # in the thread which one; unanswered for this long, the request ends unstarted.
+    repo_question_s: float = Field(default=3600.0, gt=0)
     # Failed checks on a linked pull request's head that reach its task, per objective; past
     # it Keel says so on the pull request and stops trying (one per check and SHA besides).
     max_ci_fixes: int = Field(default=3, ge=0)

@@ -3,14 +3,16 @@ it asks for, each keyed so that a second run converges on the first one's effect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, assert_never
 
 from routing.daemons import DaemonDefinition
 from routing.outcome import Ledger
 from routing.policy import RoutingPolicy
+from routing.questions import RepoQuestions, creation_key
+from routing.repos import Chosen, without_directives
 from routing.result import Decision, IngestResult
-from routing.router import Append, Daemon, Drop, NewTask, Route, Stop
+from routing.router import Append, AskRepo, ChooseRepo, Daemon, Drop, NewTask, Route, Stop
 from runtime.ids import TaskId
 from runtime.scheduler import AlreadyTerminal, Appended, Duplicate, NotFound, Scheduler
 from runtime.store import signals as store
@@ -39,6 +41,7 @@ class _Fresh:
     agent: str
     message: str
     decision: Decision
+    where: Chosen | None = None
 
 
 class Effects:
@@ -46,6 +49,7 @@ class Effects:
         self.scheduler = scheduler
         self.policy = policy
         self.ledger = ledger
+        self.questions = RepoQuestions(scheduler, policy, ledger, ledger.clock)
 
     def apply_in(
         self, session: Transaction, record: SignalRecord, route: Route
@@ -54,10 +58,14 @@ class Effects:
             case Append(task=task):
                 return self._append_in(session, record, task.task_id, self._fresh(record), "append")
             case NewTask(objective_key=objective, message=message, agent=agent, follows=follows):
-                fresh = _Fresh(objective, agent, message, "new_task")
+                fresh = _Fresh(objective, agent, message, "new_task", route.where)
                 return self._new_task_in(
                     session, record, fresh, follows=follows.task_id if follows else None
                 )
+            case AskRepo():
+                return self.questions.ask_in(session, record, route)
+            case ChooseRepo():
+                return self.questions.choose_in(session, record, route)
             case Stop(task=task):
                 return self._stop_in(session, record, task.task_id)
             case Daemon(name=name, task=task):
@@ -120,16 +128,26 @@ class Effects:
         self, session: Transaction, record: SignalRecord, fresh: _Fresh, *, follows: TaskId | None
     ) -> IngestResult:
         """Schedule under the creation key ``signal:{id}``; a task already made under it wins."""
-        key = _creation_key(record)
+        key = creation_key(record.signal_id)
         existing = store.task_created_under(session, key)
         if existing is not None:
             self.ledger.attempt_in(session, record, existing.task_id, key, "found_created")
             return self.ledger.settle_in(session, record, fresh.decision, None, existing.task_id)
-        spec = self._spec(record, fresh, follows, key)
+        spec = self._spec(record, self._kept_in(session, fresh, follows), follows, key)
         task_id = self.scheduler.schedule(session, spec).task.task_id
         self.ledger.attempt_in(session, record, task_id, key, "scheduled")
         reason = f"follows {follows}" if follows else None
         return self.ledger.settle_in(session, record, fresh.decision, reason, task_id)
+
+    def _kept_in(self, session: Transaction, fresh: _Fresh, follows: TaskId | None) -> _Fresh:
+        """A person's follow-up stays in the repository of the task it follows, unless it
+        chose one (a daemon's next activation goes where its event is)."""
+        if fresh.where is not None or follows is None or fresh.decision != "new_task":
+            return fresh
+        before = tasks.get_task(session, follows)
+        if before is None or before.repo is None:
+            return fresh
+        return replace(fresh, where=Chosen(before.repo))
 
     def _stop_in(self, session: Transaction, record: SignalRecord, target: TaskId) -> IngestResult:
         key = _stop_key(record)
@@ -146,12 +164,18 @@ class Effects:
     def _fresh(self, record: SignalRecord) -> _Fresh:
         """A follow-up whose owner is gone becomes the next task of the same objective."""
         who = (_actor_id(record) or "", _actor_name(record) or "")
-        choice = self.policy.agent_for(record.thread_ref, who, record.text)
+        named = self.policy.repo_choice(record.thread_ref, record.text)
+        where = named if isinstance(named, Chosen) else None
+        # A refused or undecided choice leaves the words for the model to read.
+        text = without_directives(record.text) if where is not None else record.text
+        repo = where.repo if where is not None else None
+        choice = self.policy.agent_for(record.thread_ref, who, text, repo)
         return _Fresh(
             objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
             agent=choice.agent,
             message=choice.message,
             decision="new_task",
+            where=where,
         )
 
     def _spec(
@@ -162,7 +186,7 @@ class Effects:
             message=fresh.message,
             origin_thread_ref=record.thread_ref.root if record.thread_ref else None,
             objective_key=fresh.objective_key,
-            repo=self.policy.repo_for(record.thread_ref),
+            repo=fresh.where.repo if fresh.where else self.policy.repo_for(record.thread_ref),
             requested_by=_actor_id(record),
             follows_task_id=follows,
             # A root task's creation key: lets a resumed plan find the task it already made.
@@ -182,13 +206,10 @@ def effect_key(record: SignalRecord, route: Route) -> tuple[TaskId | None, str]:
             return task.task_id, _stop_key(record)
         case Daemon(task=task) if task is not None:
             return task.task_id, record.dedupe_key
+        case ChooseRepo(question=question):
+            return None, creation_key(question)
         case _:
-            return None, _creation_key(record)
-
-
-def _creation_key(record: SignalRecord) -> str:
-    """The child key a signal's new task is scheduled under: a second run finds that task."""
-    return f"signal:{record.signal_id}"
+            return None, creation_key(record.signal_id)
 
 
 def _stop_key(record: SignalRecord) -> str:

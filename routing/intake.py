@@ -166,8 +166,11 @@ class Router:
                 await held.stop()
 
     async def _resume_pass(self) -> None:
+        # An open repository question is looked at again on every pass, so one whose time
+        # is up (maybe sooner than the crash cutoff) ends without waiting for it.
+        cutoff = timedelta(seconds=min(30.0, self.policy.repo_question_s))
         try:
-            await self.resume_pending()
+            await self.resume_pending(older_than=cutoff)
         except Exception:  # the loop's boundary: the store may be away; next pass retries
             log.exception("resuming pending signals failed")
 

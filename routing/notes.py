@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from routing.repos import named_in, repo_refused_text
 from routing.result import ACKNOWLEDGED, IngestResult
 from routing.signal import Signal
 from runtime.answers import CONTINUE, budget_answer_of
@@ -78,7 +79,11 @@ def capped_in(
 
 def refuse_in(session: Transaction, record: SignalRecord, now: datetime) -> None:
     """A budget's ``continue`` typed by someone who may not start tasks is answered in
-    the thread (a click on Continue is answered to the clicker alone by the adapter)."""
+    the thread (a click on Continue is answered to the clicker alone by the adapter), and
+    so is a request naming a repository Keel does not reach."""
+    if record.decision == "drop" and record.reason == "repo_refused":
+        _repo_refused_in(session, record, now)
+        return
     refused = record.decision == "drop" and record.reason == "unauthorised"
     if not refused or record.kind == "action" or record.thread_ref is None:
         return
@@ -96,6 +101,22 @@ def refuse_in(session: Transaction, record: SignalRecord, now: datetime) -> None
             f"Not continuing on {who}'s word: only people who may start tasks here can "
             "let a task spend more."
         ),
+        now=now,
+    )
+
+
+def _repo_refused_in(session: Transaction, record: SignalRecord, now: datetime) -> None:
+    named = named_in(record.text)
+    if named is None or record.thread_ref is None:
+        return
+    enqueue_post(
+        session,
+        task_id="",
+        purpose="refusal",
+        thread=record.thread_ref.root,
+        key=f"refusal:{record.signal_id}",
+        action="post",
+        body=repo_refused_text(named),
         now=now,
     )
 

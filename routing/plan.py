@@ -10,8 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, assert_never
 
-from routing.router import Append, Daemon, Drop, NewTask, Route, Stop, TaskView
-from runtime.ids import TaskId
+from routing.repos import Chosen, plan_ref
+from routing.router import (
+    Append,
+    AskRepo,
+    ChooseRepo,
+    Daemon,
+    Drop,
+    NewTask,
+    Route,
+    Stop,
+    TaskView,
+)
+from runtime.ids import SignalId, TaskId
 from runtime.store.records import TaskStatus
 from runtime.threads import BadThreadRef, text_of, thread_of
 
@@ -22,18 +33,32 @@ class BadPlan(ValueError):
     """A stored plan this version cannot read (written by a newer Keel, or damaged)."""
 
 
-def to_plan(route: Append | NewTask | Daemon | Stop) -> Plan:
+def to_plan(route: Append | NewTask | AskRepo | ChooseRepo | Daemon | Stop) -> Plan:
     match route:
         case Append(task=task, key=key):
             return {"route": "append", "task": _view(task), "key": key}
-        case NewTask(objective_key=objective, message=message, agent=agent, follows=follows):
+        case NewTask(
+            objective_key=objective, message=message, agent=agent, follows=follows, where=where
+        ):
             return {
                 "route": "new_task",
                 "objective_key": objective,
                 "message": message,
                 "agent": agent,
                 "follows": _view(follows) if follows else None,
+                **(_where(where) if where is not None else {}),
             }
+        case AskRepo(objective_key=objective, message=message, agent=agent, follows=follows):
+            return {
+                "route": "ask_repo",
+                "objective_key": objective,
+                "message": message,
+                "agent": agent,
+                "follows": _view(follows) if follows else None,
+                "branch": route.branch,
+            }
+        case ChooseRepo(question=question, repo=repo):
+            return {"route": "choose_repo", "question": question, "repo": repo}
         case Stop(task=task):
             return {"route": "stop", "task": _view(task)}
         case Daemon(name=name, agent=agent, objective_key=objective, task=task):
@@ -60,6 +85,22 @@ def from_plan(plan: Mapping[str, Any]) -> Route:
                     message=str(plan["message"]),
                     agent=str(plan["agent"]),
                     follows=_task(follows) if follows else None,
+                    where=_chosen(plan),
+                )
+            case "ask_repo":
+                follows = plan.get("follows")
+                branch, _ = plan_ref(plan)
+                return AskRepo(
+                    objective_key=str(plan["objective_key"]),
+                    message=str(plan["message"]),
+                    agent=str(plan["agent"]),
+                    follows=_task(follows) if follows else None,
+                    branch=branch,
+                )
+            case "choose_repo":
+                repo = plan.get("repo")
+                return ChooseRepo(
+                    SignalId(str(plan["question"])), None if repo is None else str(repo)
                 )
             case "stop":
                 return Stop(_task(plan["task"]))
@@ -84,6 +125,10 @@ def label(route: Route) -> str:
             return "append"
         case NewTask():
             return "new_task"
+        case AskRepo():
+            return "ask_repo"
+        case ChooseRepo():
+            return "choose_repo"
         case Stop():
             return "stop"
         case Daemon(name=name):
@@ -101,7 +146,22 @@ def _view(task: TaskView) -> dict[str, Any]:
         "origin_thread_ref": text_of(task.origin_thread_ref),
         "objective_key": task.objective_key,
         "requested_by": task.requested_by,
+        "repo": task.repo,
     }
+
+
+def _where(chosen: Chosen) -> dict[str, Any]:
+    """A chosen repository, and where its checkout starts (read by ``plan_ref``)."""
+    return {"chosen": True, "repo": chosen.repo, "branch": chosen.branch, "pull": chosen.pull}
+
+
+def _chosen(plan: Mapping[str, Any]) -> Chosen | None:
+    """A plan written before requests chose repositories has none: its thread decides."""
+    if not plan.get("chosen"):
+        return None
+    repo = plan.get("repo")
+    branch, pull = plan_ref(plan)
+    return Chosen(None if repo is None else str(repo), branch, pull)
 
 
 def _task(value: Mapping[str, Any]) -> TaskView:
@@ -111,4 +171,5 @@ def _task(value: Mapping[str, Any]) -> TaskView:
         origin_thread_ref=thread_of(value.get("origin_thread_ref")),
         objective_key=value.get("objective_key"),
         requested_by=value.get("requested_by"),
+        repo=value.get("repo"),
     )

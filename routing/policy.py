@@ -15,6 +15,16 @@ from typing import Literal, assert_never, get_args
 
 from routing.config import STOP_WORDS, DaemonsConfig, RoutingConfig
 from routing.daemons import DaemonDefinition, daemon_from_config
+from routing.repos import (
+    Chosen,
+    Named,
+    Reach,
+    Refused,
+    RepoChoice,
+    Undecided,
+    Unreadable,
+    named_in,
+)
 from routing.signal import Actor, Signal
 from runtime.threads import GitHubCommit, GitHubIssue, LocalThread, SlackThread, ThreadRef
 
@@ -58,6 +68,10 @@ class RoutingPolicy:
     self_logins: frozenset[str] = frozenset()
     self_app_ids: frozenset[int] = frozenset()
     max_ci_fixes: int = 3
+    # The repositories Keel reaches, for ``repo=`` and links in a request and for the
+    # question asked when nothing decides; None: requests choose nothing, nobody is asked.
+    reach: Reach | None = None
+    repo_question_s: float = 3600.0
 
     @classmethod
     def from_config(
@@ -73,6 +87,7 @@ class RoutingPolicy:
         github_app_id: int | None = None,
         repo_daemons: Iterable[DaemonDefinition] = (),
         agents: Iterable[str] = (),
+        reach: Reach | None = None,
     ) -> RoutingPolicy:
         known = frozenset(agents)
         return cls(
@@ -97,6 +112,8 @@ class RoutingPolicy:
             self_logins=_self_logins(github_bot_login),
             self_app_ids=frozenset({github_app_id} if github_app_id is not None else ()),
             max_ci_fixes=routing.max_ci_fixes,
+            reach=reach,
+            repo_question_s=routing.repo_question_s,
         )
 
     def is_authorised(self, signal: Signal) -> bool:
@@ -151,20 +168,54 @@ class RoutingPolicy:
             case _:
                 assert_never(thread)
 
-    def agent_for(self, thread: ThreadRef | None, who: Iterable[str], text: str) -> AgentChoice:
+    def repo_choice(
+        self, thread: ThreadRef | None, text: str, before: str | None = None
+    ) -> RepoChoice | None:
+        """The repository a new request works in, when more than its thread decides: what the
+        request names (within reach, else refused), else ``before`` (the repository of the
+        task it follows), else its thread's mapping; ``Undecided`` when none of them does and
+        there are repositories to ask about. None: the thread decides (``repo_for``).
+
+        On GitHub the thread's repository always decides: its asker's permission was
+        checked there, and must not carry over to a repository named in a comment."""
+        if self.reach is None or isinstance(thread, GitHubIssue | GitHubCommit):
+            return None
+        named = named_in(text)
+        if isinstance(named, Unreadable):
+            return Refused(named)
+        if named is not None and named.repo is not None:
+            return self._reached(named)
+        branch = named.branch if named is not None else None
+        mapped = before or self.repo_for(thread)
+        if mapped is not None:
+            return Chosen(mapped, branch) if branch or before else None
+        # Only Slack can show the question's select.
+        asks = isinstance(thread, SlackThread) and bool(self.reach.offered())
+        return Undecided(branch) if asks else None
+
+    def _reached(self, named: Named) -> Chosen | Refused:
+        assert self.reach is not None and named.repo is not None
+        if not self.reach.knows(named.repo):
+            return Refused(named)
+        return Chosen(named.repo, named.branch, named.pull)
+
+    def agent_for(
+        self, thread: ThreadRef | None, who: Iterable[str], text: str, repo: str | None = None
+    ) -> AgentChoice:
         """The agent a new request runs as, and its text without an ``agent=<name>`` that
-        was honoured. ``who`` are the author's id and name. Only a chooser may name an agent,
-        and only a configured one; anyone else's ``agent=`` stays in the text as words."""
+        was honoured. ``who`` are the author's id and name; ``repo`` the repository the
+        request chose, if it did. Only a chooser may name an agent, and only a configured
+        one; anyone else's ``agent=`` stays in the text as words."""
         named = _AGENT_WORD.search(text)
         if named is not None and self._may_choose(who) and named["name"] in self.agents:
             rest = f"{text[: named.start()].rstrip()} {text[named.end() :].lstrip()}"
             return AgentChoice(named["name"], rest.strip())
-        return AgentChoice(self._configured_agent(thread), text)
+        return AgentChoice(self._configured_agent(thread, repo), text)
 
-    def _configured_agent(self, thread: ThreadRef | None) -> str:
+    def _configured_agent(self, thread: ThreadRef | None, chosen: str | None = None) -> str:
         if isinstance(thread, SlackThread) and thread.channel in self.channel_agents:
             return self.channel_agents[thread.channel]
-        repo = self.repo_for(thread)
+        repo = chosen or self.repo_for(thread)
         if repo is None:
             return self.default_agent
         return self.repo_agents.get(repo.lower(), self.default_agent)

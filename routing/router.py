@@ -13,13 +13,14 @@ from types import MappingProxyType
 
 from routing.daemons import DaemonDefinition, matching_daemons
 from routing.policy import RoutingPolicy
+from routing.repos import Chosen, Refused, Undecided, picked_of, without_directives
 from routing.signal import (
     FAILED_CONCLUSIONS,
     DropReason,
     Signal,
 )
 from runtime.answers import ANSWER_BUTTONS, APPROVE_REACTIONS
-from runtime.ids import TaskId
+from runtime.ids import SignalId, TaskId
 from runtime.store.records import Task, TaskStatus
 from runtime.threads import ThreadRef
 
@@ -38,6 +39,7 @@ class TaskView:
     origin_thread_ref: ThreadRef | None = None
     objective_key: str | None = None
     requested_by: str | None = None
+    repo: str | None = None
 
     @classmethod
     def of(cls, task: Task) -> TaskView:
@@ -47,6 +49,7 @@ class TaskView:
             origin_thread_ref=task.origin_thread_ref,
             objective_key=task.objective_key,
             requested_by=task.requested_by,
+            repo=task.repo,
         )
 
 
@@ -77,10 +80,33 @@ class Append:
 
 @dataclass(frozen=True, slots=True)
 class NewTask:
+    """``where`` is the repository the request chose; None: its thread's (``repo_for``)."""
+
     objective_key: str
     message: str
     agent: str = "default"
     follows: TaskView | None = None
+    where: Chosen | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AskRepo:
+    """A new task whose repository nothing decides: ask the thread, and start it once a
+    person who may answer has picked one (``ChooseRepo``)."""
+
+    objective_key: str
+    message: str
+    agent: str = "default"
+    follows: TaskView | None = None
+    branch: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChooseRepo:
+    """A pick under the question signal ``question`` asked; ``repo`` None: no repository."""
+
+    question: SignalId
+    repo: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +130,7 @@ class Stop:
     task: TaskView
 
 
-Route = Append | NewTask | Drop | Daemon | Stop
+Route = Append | NewTask | AskRepo | ChooseRepo | Drop | Daemon | Stop
 
 
 def decide(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Route:
@@ -162,6 +188,9 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         if active is None:
             return Drop("not_addressed", f"{signal.text} with no active task")
         return Append(active, key=signal.dedupe_key)
+    picked = picked_of(signal.text) if signal.kind == "action" else None
+    if picked is not None:
+        return ChooseRepo(picked.question, picked.repo)
     if signal.kind in ("reaction", "action"):
         return Drop("not_addressed", f"a {signal.kind} is not a request")
     # A review on a pull request a task opened is for that task, mention or not.
@@ -174,25 +203,36 @@ def _for_person(signal: Signal, view: RoutingView, policy: RoutingPolicy) -> Rou
         return _forced_new(signal, forced, active, policy)
     if active is not None and joins:
         return Append(active, key=signal.dedupe_key)
-    choice = policy.agent_for(signal.thread_ref, _who(signal), signal.text)
-    return NewTask(
-        objective_key=signal.objective_key,
-        message=choice.message,
-        agent=choice.agent,
-        follows=view.latest_task,
-    )
+    return _new_task(signal, signal.objective_key, signal.text, view.latest_task, policy)
 
 
 def _forced_new(
     signal: Signal, message: str, active: TaskView | None, policy: RoutingPolicy
-) -> NewTask:
+) -> NewTask | AskRepo | Drop:
     # Same thread, separate objective: the key gets a suffix so later replies keep joining
     # the thread's existing owner rather than colliding with it.
     objective = signal.objective_key
     if active is not None:
         objective = f"{objective}+{signal.dedupe_key}"
-    choice = policy.agent_for(signal.thread_ref, _who(signal), message)
-    return NewTask(objective_key=objective, message=choice.message, agent=choice.agent)
+    return _new_task(signal, objective, message, None, policy)
+
+
+def _new_task(
+    signal: Signal, objective: str, text: str, follows: TaskView | None, policy: RoutingPolicy
+) -> NewTask | AskRepo | Drop:
+    """A new owner for the request, in the repository it chose (or its predecessor's), or
+    the question which one, or the refusal of one Keel may not reach."""
+    choice = policy.repo_choice(signal.thread_ref, text, follows.repo if follows else None)
+    message = without_directives(text) if choice is not None else text
+    repo = choice.repo if isinstance(choice, Chosen) else None
+    agent = policy.agent_for(signal.thread_ref, _who(signal), message, repo)
+    match choice:
+        case Refused():
+            return Drop("repo_refused", "a repository Keel does not reach")
+        case Undecided(branch=branch):
+            return AskRepo(objective, agent.message, agent.agent, follows, branch)
+        case Chosen() | None:
+            return NewTask(objective, agent.message, agent.agent, follows, where=choice)
 
 
 def _joins(signal: Signal, task: TaskView, policy: RoutingPolicy) -> bool:

@@ -42,6 +42,7 @@ DropReason = Literal[
     "not_addressed",
     "edited",
     "capped",  # a linked pull request's CI follow-ups reached routing.max_ci_fixes
+    "repo_refused",  # the request names a repository Keel does not reach
 ]
 
 SIGNAL_KINDS: frozenset[str] = frozenset(get_args(SignalKind))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from routing.intake import Router
+from routing.questions import offered_options
 from routing.result import IngestResult
 from routing.signal import Ignored, Signal
 
@@ -20,6 +22,14 @@ class SignalSink(Protocol):
     async def accept(
         self, outcome: Signal | Ignored, *, provider: str, delivery_id: str, raw_kind: str
     ) -> IngestResult: ...
+
+
+@runtime_checkable
+class ChoiceSource(Protocol):
+    """A sink that can also list a question's options as a person searches them (a Slack
+    select with more options than it can show)."""
+
+    def choices(self, name: str, typed: str) -> Sequence[tuple[str, str]]: ...
 
 
 class AckLatency(Protocol):
@@ -55,3 +65,7 @@ class RoutedSink:
         )
         self.metrics.observe_ack(time.monotonic() - started, provider)
         return result
+
+    def choices(self, name: str, typed: str) -> Sequence[tuple[str, str]]:
+        """(label, value) of the options of the choice ``name`` that match ``typed``."""
+        return offered_options(self.router.policy, name, typed)

@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from adapters.emulators.faults import EmulatorState, FaultRaised, RecordingMiddleware, gate_of
+from adapters.emulators.slack_blocks import InvalidBlocks, check_blocks
 from adapters.emulators.slack_socket import SocketHub
 
 Args = dict[str, Any]
@@ -407,6 +408,7 @@ def chat_post_message(state: SlackState, args: Args) -> Args:
     blocks = _parsed_json(args.get("blocks"))
     if not text and not blocks:
         raise SlackError("no_text")
+    check_blocks(blocks)
     message = SlackMessage(
         channel=channel,
         ts=state.next_ts(),
@@ -436,7 +438,7 @@ def chat_update(state: SlackState, args: Args) -> Args:
     if "text" in args:
         message.text = str(args["text"])
     if "blocks" in args:
-        message.blocks = _parsed_json(args["blocks"])
+        message.blocks = check_blocks(_parsed_json(args["blocks"]))
     if "metadata" in args:
         message.metadata = _parsed_json(args["metadata"])
     message.edited = True
@@ -801,6 +803,8 @@ def create_slack_app(state: SlackState) -> FastAPI:
             return JSONResponse(await _answer(state, method, request))
         except SlackError as e:
             return JSONResponse({"ok": False, "error": e.code, **e.extra})
+        except InvalidBlocks as e:
+            return JSONResponse({"ok": False, "error": "invalid_blocks", "errors": e.errors})
         except FaultRaised as raised:
             return _fault_response(raised)
 

@@ -22,11 +22,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from adapters.slack.signals import foreign_workspace
-from adapters.slack.surface import ACTION_PREFIX, call_slack
+from adapters.slack.surface import ACTION_PREFIX, OPTION_VALUE_LIMIT, call_slack, option_json
 from adapters.slack.workspaces import SlackClients
+from routing.repos import CHOICE, answer_text
 from routing.result import IngestResult
 from routing.signal import Actor, Ignored, Signal, slack_message_fact
-from routing.sink import SignalSink
+from routing.sink import ChoiceSource, SignalSink
 from runtime.answers import ANSWER_BUTTONS, CALL_MARK
 from runtime.clock import Clock
 from runtime.errors import KeelError, Retryable
@@ -51,6 +52,18 @@ _REFUSALS = {
     ("continue", "not_addressed"): (
         "There is nothing to continue here: this task has already finished."
     ),
+    (CHOICE, "unauthorised"): (
+        "Sorry, only the person who asked, or someone who may start tasks here, can choose "
+        "the repository."
+    ),
+    (CHOICE, "not_offered"): (
+        "That repository is not one of the choices offered here, so nothing was started."
+    ),
+    (CHOICE, "expired"): (
+        "This question has expired: mention me again with `repo=owner/name` to start."
+    ),
+    (CHOICE, "answered"): "A repository was already chosen for this request.",
+    (CHOICE, "not_addressed"): "There is no open question here to answer.",
 }
 
 
@@ -79,10 +92,16 @@ class _Message(_Model):
     thread_ts: str | None = None
 
 
+class _Option(_Model):
+    value: str
+
+
 class _Action(_Model):
     action_id: str
     value: str = ""
     action_ts: str
+    # A select's pick (``static_select``/``external_select``); a button has ``value``.
+    selected_option: _Option | None = None
 
 
 class _Click(_Model):
@@ -122,8 +141,7 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
             is_bot=False,
             is_self=False,
         ),
-        # An answer names the call it answers, so a late click never approves another call.
-        text=f"{name} {CALL_MARK}{action.value}" if name in ANSWER_BUTTONS else name,
+        text=_click_text(name, action),
         addresses_bot=True,
         command="stop" if name == "stop" else None,
         links=(),
@@ -136,6 +154,17 @@ def signal_from_click(payload: dict[str, Any], *, received_at: datetime) -> Sign
         # The clicked message: intake finds its task, and the 🛑 lands on it.
         message=thread.message(where.message_ts),
     )
+
+
+def _click_text(name: str, action: _Action) -> str:
+    """What the click says: an answer names the call it answers (so a late click never
+    approves another call), a pick under a repository question names the question."""
+    if name in ANSWER_BUTTONS:
+        return f"{name} {CALL_MARK}{action.value}"
+    picked = action.selected_option.value if action.selected_option else None
+    fits = picked is not None and len(picked) <= OPTION_VALUE_LIMIT
+    answer = answer_text(name, picked) if picked is not None and fits else None
+    return answer or name
 
 
 def click_id(team: str, channel: str, action_ts: str, user: str) -> str:
@@ -161,6 +190,34 @@ def register_actions(app: AsyncApp, clients: SlackClients, sink: SignalSink, clo
         await ack()
         if isinstance(outcome, Signal):
             await _answer_refusal(clients, outcome, result)
+
+    @app.options(re.compile(f"^{re.escape(ACTION_PREFIX)}"))
+    async def on_options(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        found = context.authorize_result
+        await ack(options=await on_suggestion(sink, body, found.team_id if found else None))
+
+
+class _Suggestion(_Model):
+    team: _Id
+    action_id: str
+    value: str = ""
+
+
+async def on_suggestion(
+    sink: SignalSink, body: dict[str, Any], own_team: str | None
+) -> list[dict[str, Any]]:
+    """The options of a select too long to list (``block_suggestion``), searched by what
+    the person typed; nothing for another workspace, or for a select that is not ours."""
+    try:
+        asked = _Suggestion.model_validate(body)
+    except ValidationError:
+        return []
+    if foreign_workspace(own_team, asked.team.id) is not None:
+        return []
+    if not isinstance(sink, ChoiceSource):
+        return []
+    name = asked.action_id.removeprefix(ACTION_PREFIX)
+    return [option_json(label, value) for label, value in sink.choices(name, asked.value[:100])]
 
 
 async def _answer_refusal(clients: SlackClients, click: Signal, result: IngestResult) -> None:

@@ -3,7 +3,8 @@
 Each call uses the client of the thread's workspace (``workspaces.SlackClients``), so a post
 carries that workspace's token. Bodies are rendered from Markdown to mrkdwn (``mrkdwn.py``)
 at the wire; a post with actions gets Block Kit buttons (a section with the text, then an
-actions block), and an edit without them removes the buttons.
+actions block), and an edit without them removes the buttons. Several actions under one
+name are one choice, shown as a select.
 
 Every post carries message metadata ``{"event_type": "keel_post", "event_payload":
 {"key": key}}``; reconciling a post whose response was lost reads the thread with
@@ -36,6 +37,9 @@ TEXT_LIMIT = 40_000
 SECTION_LIMIT = 3_000
 _TRUNCATED = "\n… (truncated)"
 _EVENT_TYPE = "keel_post"
+# A static select lists at most 100 options, each value at most 150 characters.
+OPTIONS_LIMIT = 100
+OPTION_VALUE_LIMIT = 150
 # Prefix of our buttons' action_id: ``keel:stop`` carries the Action named "stop".
 ACTION_PREFIX = "keel:"
 _RETRYABLE_ERRORS = frozenset(
@@ -84,8 +88,37 @@ def rendered(
         return {"text": body, "blocks": []} if edit else {"text": body}
     section_text = {"type": "mrkdwn", "text": truncated(body, SECTION_LIMIT)}
     section = {"type": "section", "text": section_text}
-    buttons = [_button(action) for action in actions]
-    return {"text": body, "blocks": [section, {"type": "actions", "elements": buttons}]}
+    elements = [_element(name, group) for name, group in _by_name(actions).items()]
+    return {"text": body, "blocks": [section, {"type": "actions", "elements": elements}]}
+
+
+def _by_name(actions: Sequence[Action]) -> dict[str, list[Action]]:
+    grouped: dict[str, list[Action]] = {}
+    for action in actions:
+        grouped.setdefault(action.name, []).append(action)
+    return grouped
+
+
+def _element(name: str, group: Sequence[Action]) -> dict[str, Any]:
+    """One action is a button; several under one name are the options of a choice, shown as
+    a select: its options listed up to Slack's limit, searched (``block_suggestion``,
+    answered by ``actions.py``) beyond it."""
+    if len(group) == 1:
+        return _button(group[0])
+    select: dict[str, Any] = {
+        "action_id": f"{ACTION_PREFIX}{name}",
+        "placeholder": {"type": "plain_text", "text": "Choose…"},
+    }
+    # A value Slack would cut is never offered: a cut value names something else.
+    options = [option_json(a.label, a.value) for a in group if len(a.value) <= OPTION_VALUE_LIMIT]
+    if len(options) > OPTIONS_LIMIT:
+        return select | {"type": "external_select", "min_query_length": 0}
+    return select | {"type": "static_select", "options": options}
+
+
+def option_json(label: str, value: str) -> dict[str, Any]:
+    """A select's option as Block Kit writes it (its text is at most 75 characters)."""
+    return {"text": {"type": "plain_text", "text": label[:75]}, "value": value}
 
 
 def _button(action: Action) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, get_args
 
 import pytest
@@ -10,8 +12,11 @@ import pytest
 from routing.config import DaemonConfig, DaemonsConfig, RoutingConfig, WatchRule
 from routing.daemons import Watch, daemon_from_config
 from routing.policy import RoutingPolicy
+from routing.repos import Chosen
 from routing.router import (
     Append,
+    AskRepo,
+    ChooseRepo,
     Daemon,
     Drop,
     NewTask,
@@ -22,7 +27,7 @@ from routing.router import (
     decide,
 )
 from routing.signal import Actor, CiRun, DropReason, Signal
-from runtime.ids import TaskId
+from runtime.ids import SignalId, TaskId
 from runtime.store.records import TaskStatus
 from runtime.threads import GitHubCommit, GitHubIssue, LocalThread, SlackThread, ThreadRef
 from tests.factories import THREAD, make_signal
@@ -128,6 +133,25 @@ NO_JOIN = replace(POLICY, join_thread_replies=False)
 READ_OK = replace(POLICY, github_min_permission="read")
 MAINTAIN = replace(POLICY, github_min_permission="maintain")
 CUSTOM_STOP = replace(POLICY, stop_words=frozenset({"halt"}), stop_reaction="no_entry_sign")
+
+
+@dataclass(frozen=True)
+class Known:
+    """The repositories Keel reaches, as the composition root's Checkouts would say."""
+
+    names: tuple[str, ...]
+
+    def knows(self, repo: str) -> bool:
+        return repo in self.names
+
+    def offered(self) -> Sequence[str]:
+        return self.names
+
+
+REACHING = replace(POLICY, reach=Known(("probe/one", "probe/two")))
+MAPPED = replace(REACHING, channel_repos=MappingProxyType({"C1": "probe/one"}))
+DONE_IN_TWO = replace(DONE, repo="probe/two")
+PICK = "repo s_0123abcd probe/two"
 
 KEY = "slack:T1:C1:1700000000.000200"
 KEEL_BOT = Actor(id="102", name="keel-bot", is_bot=False, is_self=False)
@@ -546,6 +570,79 @@ CASES: list[tuple[str, Signal, RoutingView, RoutingPolicy, Route]] = [
         Drop("unauthorised"),
     ),
     (
+        "repo= naming a repository Keel reaches chooses it",
+        mention(text="repo=probe/two fix it"),
+        EMPTY,
+        REACHING,
+        new_task(message="fix it", where=Chosen("probe/two")),
+    ),
+    (
+        "repo: and branch= win over the channel's repository",
+        mention(text="fix it repo:probe/two branch=fix/login"),
+        EMPTY,
+        MAPPED,
+        new_task(message="fix it", where=Chosen("probe/two", "fix/login")),
+    ),
+    (
+        "a pull request link chooses its repository and head",
+        mention(text="look at <https://github.com/probe/two/pull/7>"),
+        EMPTY,
+        REACHING,
+        new_task(
+            message="look at <https://github.com/probe/two/pull/7>",
+            where=Chosen("probe/two", None, 7),
+        ),
+    ),
+    (
+        "repo= naming a repository Keel does not reach",
+        mention(text="repo=secret/vault dump the keys"),
+        EMPTY,
+        MAPPED,
+        Drop("repo_refused"),
+    ),
+    (
+        "nothing decides the repository: ask",
+        mention(text="fix it"),
+        EMPTY,
+        REACHING,
+        AskRepo(str(THREAD), "fix it"),
+    ),
+    (
+        "the channel decides when the request names nothing",
+        mention(text="fix it"),
+        EMPTY,
+        MAPPED,
+        new_task(message="fix it"),
+    ),
+    (
+        "a follow-up keeps its predecessor's repository",
+        mention(text="and the docs"),
+        RoutingView(latest_task=DONE_IN_TWO),
+        REACHING,
+        new_task(message="and the docs", follows=DONE_IN_TWO, where=Chosen("probe/two")),
+    ),
+    (
+        "a pick under the repository question",
+        mention(kind="action", text=PICK),
+        EMPTY,
+        REACHING,
+        ChooseRepo(SignalId("s_0123abcd"), "probe/two"),
+    ),
+    (
+        "a stranger's pick under the repository question",
+        mention(kind="action", text=PICK, actor=MALLORY),
+        EMPTY,
+        REACHING,
+        Drop("unauthorised"),
+    ),
+    (
+        "repo= on GitHub stays words: the asker's permission is the thread's repository's",
+        github_comment(addresses_bot=True, text="repo=probe/two fix"),
+        EMPTY,
+        REACHING,
+        new_task(ISSUE, "repo=probe/two fix"),
+    ),
+    (
         "bot that is not allow-listed",
         github_comment(
             addresses_bot=True,
@@ -572,7 +669,7 @@ def test_table_covers_every_route_and_drop_reason_when_counted() -> None:
     routes = {type(case[4]).__name__ for case in CASES}
     reasons = {case[4].reason for case in CASES if isinstance(case[4], Drop)}
     assert len(CASES) >= 30
-    assert routes == {"Append", "NewTask", "Drop", "Daemon", "Stop"}
+    assert routes == {"Append", "NewTask", "AskRepo", "ChooseRepo", "Drop", "Daemon", "Stop"}
     assert reasons == set(get_args(DropReason))
 
 

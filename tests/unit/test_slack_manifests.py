@@ -35,6 +35,8 @@ def test_http_manifest_points_slack_at_keels_routes() -> None:
     assert settings["socket_mode_enabled"] is False
     assert settings["event_subscriptions"]["request_url"].endswith(SLACK_EVENTS_PATH)
     assert settings["interactivity"]["request_url"].endswith(SLACK_INTERACTIVITY_PATH)
+    options = settings["interactivity"]["message_menu_options_url"]
+    assert options.endswith(SLACK_INTERACTIVITY_PATH)
     redirects = _manifest("slack-app-manifest.yaml")["oauth_config"]["redirect_urls"]
     assert [url.endswith(SLACK_REDIRECT_PATH) for url in redirects] == [True]
 

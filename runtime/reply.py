@@ -19,6 +19,7 @@ class Reply:
     notes: tuple[str, ...] = ()
     link: str | None = None
     spend: str | None = None  # "12.4k tokens · $0.03 · 6 turns", the reply's last line
+    repo: str | None = None  # the repository the task worked in, named before its link
 
 
 def to_markdown(reply: Reply) -> str:
@@ -26,6 +27,8 @@ def to_markdown(reply: Reply) -> str:
     if reply.evidence:
         blocks.append("**Evidence**\n" + "\n".join(f"- {line}" for line in reply.evidence))
     blocks += reply.notes
+    if reply.repo:
+        blocks.append(f"Repository: `{reply.repo}`")
     if reply.link:
         blocks.append(f"Task details: {reply.link}")
     if reply.spend:

@@ -140,6 +140,7 @@ class ThreadReporter:
             refused=refused_writes(calls),
             link=self.policy.task_link(task.task_id),
             spend=spend_line(spent, tasks) if spent.calls else None,
+            repo=task.repo,
         )
         now = self.clock.now()
         outbox.enqueue_post(
@@ -205,10 +206,12 @@ def completion_text(
     refused: Sequence[str] = (),
     link: str | None = None,
     spend: str | None = None,
+    repo: str | None = None,
 ) -> str:
-    """The final reply; its headline is only as confident as the evidence below it."""
+    """The final reply; its headline is only as confident as the evidence below it. It
+    names the repository the task worked in, which the request may have chosen."""
     reply = completion_reply(result, evidence, uncertain, refused=refused, link=link)
-    return to_markdown(replace(reply, spend=spend))
+    return to_markdown(replace(reply, spend=spend, repo=repo))
 
 
 def completion_reply(

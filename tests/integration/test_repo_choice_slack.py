@@ -209,6 +209,12 @@ async def test_repo_word_wins_over_the_channel_and_is_checked_out(
         await live.send_slack(event)
         task = await _started(db, live, CHANNEL, event["ts"])
         said = await _transcript(db, task.task_id)
+
+        async def named() -> bool:  # the reply says which repository the work was in
+            posts = _bot_posts(live, CHANNEL, event["ts"])
+            return any("Repository: `probe/two`" in m.text for m in posts)
+
+        await until(named, 20, "the reply did not name the repository")
         again = f"<@{live.slack.bot_user_id}> now the docs"
         ts = live.slack.seed_message(CHANNEL, again, user=PERSON, thread_ts=event["ts"])
         await live.send_slack(live.event(ts, again, kind="app_mention", thread_ts=event["ts"]))

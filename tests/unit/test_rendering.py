@@ -144,3 +144,9 @@ def test_whatever_the_markdown_slack_sees_only_our_links_and_allowed_mentions(
 ) -> None:
     text = to_mrkdwn(source.replace("h", "https://x.example/"), allowed=("U2",))
     assert "<" not in _OURS.sub("", text) and ">" not in _OURS.sub("", text)
+
+
+def test_the_reply_names_the_repository_the_task_worked_in() -> None:
+    body = completion_text(TaskResult(TaskStatus.succeeded, "done"), [], [], repo="probe/two")
+    assert "Repository: `probe/two`" in body
+    assert "Repository" not in completion_text(TaskResult(TaskStatus.succeeded, "done"), [], [])

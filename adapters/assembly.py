@@ -287,6 +287,7 @@ class Keel:
             machine=self.machine,
             snapshots=self.workspaces.snapshots,
             discard_workspace=self.checkouts.discard,
+            secrets_of=self._secrets_of,
         )
         self.worker = Worker(
             self.scheduler,
@@ -306,6 +307,11 @@ class Keel:
             notifier=self.scheduler.notifier,
             on_failure=self.metrics.count_outbox_failure,
         )
+
+    async def _secrets_of(self, task_id: str) -> list[str]:
+        """Keel's own secrets and the task's repository's: none leaves in a snapshot."""
+        own = [v for v in _secret_values(self.config) if v]
+        return [*own, *await self.checkouts.secret_values(task_id)]
 
     async def _latest_snapshot(self, root_id: str) -> str | None:
         """The tree's latest snapshot, as its owner recorded it (``runtime.store.owners``)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +24,7 @@ from runtime.store.executions import Run
 from runtime.store.records import Task, TaskResult
 from runtime.tools.base import Tool
 from runtime.workspace.setup import SetupReport
-from runtime.workspace.snapshots import Taken, Unchanged
+from runtime.workspace.snapshots import Taken, Unchanged, Withheld
 
 # continue: keep the lease and tick again now; delay: release and tick at ``delay_s``;
 # wait: park the task until input or a child arrives (and, with ``wake_at``, tick then
@@ -148,12 +148,21 @@ class SnapshotTaker(Protocol):
     """Saves a workspace where another machine can restore it (``SnapshotStore``)."""
 
     async def take(
-        self, ws: Path, root_id: str, machine: str, previous: tuple[str, str] | None = None
-    ) -> Taken | Unchanged: ...
+        self,
+        ws: Path,
+        root_id: str,
+        machine: str,
+        previous: tuple[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Taken | Unchanged | Withheld: ...
 
 
 async def _discard_nothing(root_id: str) -> None:
     return None
+
+
+async def _no_secrets(task_id: str) -> Sequence[str]:
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +216,9 @@ class ExecutorContext:
     # Drops this machine's copy of a tree's workspace (a stale one, after another machine
     # held it): the next use makes it afresh from the latest snapshot.
     discard_workspace: Callable[[str], Awaitable[None]] = _discard_nothing
+    # Every secret value a task's workspace must not carry away (a snapshot holding one is
+    # withheld), by task id.
+    secrets_of: Callable[[str], Awaitable[Sequence[str]]] = _no_secrets
     settler: Settler = field(init=False)
 
     def __post_init__(self) -> None:

@@ -39,7 +39,7 @@ from runtime.tools.base import (
     ToolContext,
     Unknown,
 )
-from runtime.workspace.snapshots import Taken
+from runtime.workspace.snapshots import Taken, Withheld
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,18 @@ async def snapshot(run: Run, task: Task, ctx: ExecutorContext) -> tuple[Write, .
     last = owner.snapshot
     try:
         previous = (last.sha, last.tree) if last else None
-        taken = await snapshots.take(ws, task.root_id, machine, previous)
+        secrets = await ctx.secrets_of(task.task_id)
+        taken = await snapshots.take(ws, task.root_id, machine, previous, secrets)
     except KeelError as e:
         log.warning("no snapshot of task %s's workspace: %s", task.task_id, e)
+        return ()
+    if isinstance(taken, Withheld):
+        log.warning(
+            "no snapshot of task %s's workspace: %s hold a secret's value",
+            task.task_id,
+            ", ".join(taken.paths[:5]),
+            extra={"task_id": task.task_id},
+        )
         return ()
     if not isinstance(taken, Taken):
         return ()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,14 @@ class Unchanged:
 
 
 @dataclass(frozen=True, slots=True)
+class Withheld:
+    """The workspace holds a secret's value in a file the snapshot would save: nothing is
+    stored (a secret never leaves for shared storage); the previous snapshot stands."""
+
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Restored:
     sha: str
     branch: str
@@ -109,11 +118,16 @@ class SnapshotStore:
             raise Retryable(f"could not make the snapshot store {self.path}: {made.stderr}")
 
     async def take(
-        self, ws: Path, root_id: str, machine: str, previous: tuple[str, str] | None = None
-    ) -> Taken | Unchanged:
+        self,
+        ws: Path,
+        root_id: str,
+        machine: str,
+        previous: tuple[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Taken | Unchanged | Withheld:
         """Snapshot the workspace ``ws`` of tree ``root_id`` on ``machine``; ``previous`` is
         the last snapshot's (sha, tree): when the workspace still matches it nothing is
-        made."""
+        made. A snapshot whose new files hold one of ``secrets`` is withheld."""
         await self._ensure()
         state = WorkspaceState(ws)
         record = state.read_record() or {}
@@ -133,6 +147,9 @@ class SnapshotStore:
         head = await self._parent(state.mirror, sent.sha)
         if not tree.ok or not is_sha(tree.stdout.strip()) or not head:
             raise Retryable(f"the snapshot {sent.sha} is not whole in the mirror")
+        holding = await _holding(state.mirror, prev_sha or head, sent.sha, secrets)
+        if holding:
+            return Withheld(holding)
         pushed = await git(
             [
                 "--git-dir",
@@ -188,6 +205,40 @@ class SnapshotStore:
         found = await git(["--git-dir", str(mirror), "rev-parse", "-q", "--verify", f"{sha}^1"])
         parent = found.stdout.strip()
         return parent if found.ok and is_sha(parent) else ""
+
+
+async def _holding(mirror: Path, base: str, sha: str, secrets: Sequence[str]) -> tuple[str, ...]:
+    """The files changed since ``base`` in snapshot ``sha`` that hold one of ``secrets``,
+    searched by Keel's git in the mirror (the objects passed ``index-pack``). The values go
+    to git on its stdin, never in its arguments (any user of the host reads those)."""
+    values = [v for v in secrets if v]
+    if not values:
+        return ()
+    changed = await git(
+        ["--git-dir", str(mirror), "diff-tree", "-r", "-z", "--no-commit-id", "--name-only",
+         "--no-renames", "--diff-filter=AMT", base, sha]
+    )  # fmt: skip
+    if not changed.ok:
+        raise Retryable(f"could not list the snapshot's changes: {changed.stderr.strip()}")
+    paths = [p for p in changed.stdout.split("\0") if p]
+    if not paths:
+        return ()
+    scope = paths if len(paths) <= _GREP_PATHS else []  # beyond: the whole tree
+    found = await git(
+        ["--git-dir", str(mirror), "--literal-pathspecs", "grep", "-F", "-l", "-a", "-z",
+         "-f", "/dev/stdin", sha, "--", *scope],
+        stdin="\n".join(values).encode(),
+    )  # fmt: skip
+    if found.returncode == 1:  # no match
+        return ()
+    if not found.ok:
+        raise Retryable(f"could not search the snapshot for secrets: {found.stderr.strip()}")
+    prefix = f"{sha}:"
+    return tuple(p.removeprefix(prefix) for p in found.stdout.split("\0") if p)
+
+
+# More changed files than this are searched as the whole tree (the arguments stay short).
+_GREP_PATHS = 500
 
 
 async def _branch_of(mirror: Path, sha: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from runtime.errors import Permanent
 from runtime.workspace import Workspaces, WorkspaceSpec
 from runtime.workspace.sandbox import SandboxMode
-from runtime.workspace.snapshots import Taken, Unchanged, snapshot_ref
+from runtime.workspace.snapshots import Taken, Unchanged, Withheld, snapshot_ref
 from tests.integration.test_workspace import make_bare_repo, sh
 
 COMMIT = ("git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm")
@@ -170,3 +170,27 @@ async def test_a_recorded_snapshot_missing_from_the_store_is_a_clear_error(
     with pytest.raises(Permanent, match="not in the snapshot store"):
         await _machine(tmp_path, "a", record).ensure(spec)
     assert not (tmp_path / "a" / "workspaces" / "t1").exists()  # nothing half-made is kept
+
+
+async def test_a_workspace_holding_a_secret_is_not_saved(tmp_path: Path) -> None:
+    """A secret's value written into the workspace (a command that had it, say) never leaves
+    for the shared store: the snapshot is withheld, naming the file, and the store keeps the
+    previous one. Once the file no longer holds it, snapshots go on."""
+    secret = "tok-" + "9f3e" * 8
+    spec = WorkspaceSpec("t1", str(make_bare_repo(tmp_path)))
+    first, _ = _machines(tmp_path, "auto")
+    ws = await first.ensure(spec)
+    assert first.snapshots is not None
+    (ws / "a.txt").write_text("clean\n")
+    clean = await first.snapshots.take(ws, "t1", "a", None, [secret])
+    assert isinstance(clean, Taken)
+    (ws / "config.env").write_text(f"TOKEN={secret}\n")
+    held = await first.snapshots.take(ws, "t1", "a", (clean.sha, clean.tree), ["other", secret])
+    assert held == Withheld(("config.env",))
+    store = str(first.snapshots.path)
+    assert sh("git", "--git-dir", store, "rev-parse", snapshot_ref("t1", "a")) == clean.sha
+    every = ["git", "--git-dir", store, "cat-file", "--batch-all-objects", "--batch"]
+    assert secret.encode() not in subprocess.run(every, capture_output=True, check=True).stdout
+    (ws / "config.env").write_text("TOKEN=${TOKEN}\n")
+    later = await first.snapshots.take(ws, "t1", "a", (clean.sha, clean.tree), [secret])
+    assert isinstance(later, Taken)

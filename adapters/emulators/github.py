@@ -513,6 +513,17 @@ async def get_commit(request: Request, owner: str, repo: str, ref: str) -> Json:
     return shapes.commit_json(_hosts(request), found, _sha(found, ref))
 
 
+async def compare_commits(request: Request, owner: str, repo: str, basehead: str) -> Json:
+    """Two heads of one pull request compared, as seeded by ``push_to_pull``."""
+    found = _repo(request, owner, repo)
+    base, _, head = basehead.partition("...")
+    files = found.comparisons.get((base, head))
+    pull = next((p for p in found.pulls.values() if p.head_sha == head), None)
+    if files is None or pull is None:
+        raise GitHubError(404, "Not Found")
+    return shapes.comparison_json(_hosts(request), found, pull, base, head, files)
+
+
 async def list_check_runs(request: Request, owner: str, repo: str, ref: str) -> Json:
     found, hosts = _repo(request, owner, repo), _hosts(request)
     runs = found.checks.get(_sha(found, ref), [])
@@ -628,6 +639,7 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ("GET", _COMMIT + "/check-runs", "checks/list-for-ref", list_check_runs),
     ("GET", _COMMIT + "/status", "repos/get-combined-status-for-ref", combined_status),
     ("GET", _COMMIT, "repos/get-commit", get_commit),
+    ("GET", _REPO + "/compare/{basehead}", "repos/compare-commits", compare_commits),
     ("POST", "/app/installations/{installation_id}/access_tokens",
      "apps/create-installation-access-token", create_installation_token),
     ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),

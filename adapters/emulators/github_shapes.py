@@ -285,6 +285,29 @@ def commit_json(hosts: Hosts, repo: Repo, sha: str) -> Json:
     return body | {"sha": sha, "node_id": f"C_{sha}", "parents": []}
 
 
+def comparison_json(
+    hosts: Hosts, repo: Repo, pull: PullRequest, base: str, head: str, files: list[PullFile]
+) -> Json:
+    """``GET /compare/{base}...{head}``: one commit ahead, with the files changed between."""
+    body = hosts.render("commit-comparison", *_in_repo(repo))
+    compare = f"{hosts.repo_url(repo)}/compare/{base}...{head}"
+    return body | {
+        "url": compare,
+        "html_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}",
+        "permalink_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}",
+        "diff_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}.diff",
+        "patch_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}.patch",
+        "base_commit": commit_json(hosts, repo, base),
+        "merge_base_commit": commit_json(hosts, repo, base),
+        "status": "ahead",
+        "ahead_by": 1,
+        "behind_by": 0,
+        "total_commits": 1,
+        "commits": [commit_json(hosts, repo, head)],
+        "files": [diff_entry_json(hosts, repo, pull, f) for f in files],
+    }
+
+
 def permission_json(hosts: Hosts, user: GitHubUser, permission: str) -> Json:
     # The legacy ``permission`` field folds maintain into write and triage into read.
     legacy = {"maintain": "write", "triage": "read"}.get(permission, permission)

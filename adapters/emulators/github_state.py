@@ -178,6 +178,8 @@ class Repo:
     reactions: list[Reaction] = field(default_factory=list)
     review_comments: dict[int, ReviewComment] = field(default_factory=dict)
     reviews: dict[int, Review] = field(default_factory=dict)
+    # What GitHub's compare answers for (base sha, head sha): the files changed between.
+    comparisons: dict[tuple[str, str], list[PullFile]] = field(default_factory=dict)
     created_pulls: int = 0
     created_comments: int = 0
     # Where branch heads really live (e.g. a local bare git repository in the demo).
@@ -385,13 +387,22 @@ class GitHubState(EmulatorState):
         return comment.comment_id
 
     def push_to_pull(
-        self, full_name: str, number: int, sha: str, files: tuple[PullFile, ...]
+        self,
+        full_name: str,
+        number: int,
+        sha: str,
+        files: tuple[PullFile, ...],
+        *,
+        changed: tuple[PullFile, ...] = (),
     ) -> None:
-        """A new head on the pull request's branch (a ``synchronize``): its diff is ``files``."""
-        pull = self.repos[full_name].pulls[number]
+        """A new head on the pull request's branch (a ``synchronize``): the pull request's
+        diff is now ``files``, and comparing the old head with the new one gives ``changed``."""
+        repo = self.repos[full_name]
+        pull = repo.pulls[number]
+        repo.comparisons[(pull.head_sha, sha)] = list(changed)
         pull.head_sha = sha
         pull.files = list(files)
-        self.repos[full_name].branches[pull.head_ref] = sha
+        repo.branches[pull.head_ref] = sha
 
     def reviews_of(self, full_name: str, number: int) -> list[Review]:
         repo = self.repos[full_name]

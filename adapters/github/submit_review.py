@@ -17,7 +17,7 @@ comments counted: that is the evidence a reply cites.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -140,7 +140,7 @@ class SubmitReview(GitHubTool):
         # satisfy branch protection.
         self.allow_approve = allow_approve
         # Only our own reviews count as posted: anyone can paste a marker into theirs.
-        self.own_logins = _logins(bot_login)
+        self.own_logins = own_logins(bot_login)
 
     async def start(self, args: dict[str, Any], ctx: ToolContext) -> Completed | Started:
         request = _request(args, allow_approve=self.allow_approve)
@@ -282,7 +282,7 @@ class SubmitReview(GitHubTool):
         return done
 
 
-def _logins(bot_login: str | None) -> frozenset[str]:
+def own_logins(bot_login: str | None) -> frozenset[str]:
     """The logins our reviews come from: an App posts as "<slug>[bot]", however configured."""
     if not bot_login:
         return frozenset()
@@ -337,22 +337,3 @@ def _comment(raw: Any) -> InlineComment:
         raise ValueError(f"{path}: a comment needs a line from 1 and a body")
     return InlineComment(path, line, side, body)
 
-
-def review_tools(
-    client: GitHubClient,
-    repo_for: RepoFor,
-    *,
-    allowed_mentions: Collection[str] = (),
-    allow_approve: bool = False,
-    bot_login: str | None = None,
-) -> Sequence[GitHubTool]:
-    """The review tools beyond ``review_threads``: submitting one."""
-    return [
-        SubmitReview(
-            client,
-            repo_for,
-            allowed_mentions=allowed_mentions,
-            allow_approve=allow_approve,
-            bot_login=bot_login,
-        )
-    ]

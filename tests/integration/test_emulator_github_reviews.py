@@ -107,3 +107,20 @@ def test_approve_refused_when_the_author_approves_their_own_pull(github: GitHub)
 
     assert answer.status_code == 422
     assert "Can not approve your own pull request" in answer.json()["errors"]
+
+
+def test_compare_of_two_heads_matches_spec_when_pushed(
+    github: GitHub, contract: GitHubContract
+) -> None:
+    old_head = github.state.repos[REPO].pulls[1].head_sha
+    new_head = "3" * 40
+    fix = PullFile("app.py", "modified", 1, 1, "@@ -3 +3 @@\n-c = 4\n+c = 5\n")
+    github.state.push_to_pull(REPO, 1, new_head, (fix,), changed=(fix,))
+
+    compared = github.call("GET", f"/repos/{REPO}/compare/{old_head}...{new_head}")
+    unknown = github.call("GET", f"/repos/{REPO}/compare/{new_head}...{old_head}")
+
+    assert compared.status_code == 200
+    contract.validate("/repos/{owner}/{repo}/compare/{basehead}", "get", 200, compared.json())
+    assert [f["filename"] for f in compared.json()["files"]] == ["app.py"]
+    assert unknown.status_code == 404

@@ -17,6 +17,7 @@ from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState, PullFile
 from adapters.emulators.server import serve
 from adapters.github.client import GitHubClient
+from adapters.github.review_since import ReviewSince
 from adapters.github.submit_review import SubmitReview
 from adapters.github.tools import fixed_repo
 from runtime.evidence import Strength
@@ -177,14 +178,39 @@ async def test_approve_refused_when_the_operator_has_not_allowed_it(github: GitH
     assert github.state.reviews_of(REPO, 1) == []
 
 
+async def test_review_since_gives_the_last_review_its_threads_and_the_new_diff(
+    github: GitHub,
+) -> None:
+    since = ReviewSince(github.client, fixed_repo(REPO), bot_login=BOT)
+    before = _done(await since.start({"number": 1}, _ctx("read-0")))
+    first = _done(await github.tool.start(ARGS, _ctx("call-1")))
+    _push_the_fix(github)
+
+    after = _done(await since.start({"number": 1}, _ctx("read-1")))
+
+    assert before == {"head_sha": HEAD, "previous_review": None}
+    assert after["head_sha"] == NEW_HEAD
+    assert after["previous_review"]["head_sha"] == HEAD
+    [thread] = after["threads"]
+    assert thread["comment_id"] == _comments_of_ids(github, first["review_id"])[0]
+    assert (thread["path"], thread["line"], thread["answered"]) == ("calc.py", 5, False)
+    assert "+    return a - b" in after["diff_since"]
+
+
+def _push_the_fix(github: GitHub) -> None:
+    fixed = (PullFile("calc.py", "modified", 2, 1, FIXED_PATCH),)
+    change = PullFile(
+        "calc.py", "modified", 1, 1, "@@ -5 +5 @@\n-    return a - a\n+    return a - b\n"
+    )
+    github.state.push_to_pull(REPO, 1, NEW_HEAD, fixed, changed=(change,))
+
+
 async def test_re_review_answers_the_fixed_thread_once_when_the_head_moves(
     github: GitHub,
 ) -> None:
     first = _done(await github.tool.start(ARGS, _ctx("call-1")))
     [finding] = _comments_of_ids(github, first["review_id"])
-    github.state.push_to_pull(
-        REPO, 1, NEW_HEAD, (PullFile("calc.py", "modified", 2, 1, FIXED_PATCH),)
-    )
+    _push_the_fix(github)
     again = {
         "number": 1,
         "event": "COMMENT",

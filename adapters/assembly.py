@@ -21,6 +21,7 @@ from adapters.github.client import GitHubClient
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
+from adapters.review_rules import ReviewRules
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
 from adapters.web.metrics import Metrics
@@ -285,7 +286,7 @@ class Keel:
             resident=daemon_residency(daemons, cfg.daemons.idle_lifetime_s),
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
-            context_sources=(RepoGuidance(self.checkouts),),
+            context_sources=(RepoGuidance(self.checkouts), ReviewRules(self.checkouts)),
             briefing=self.briefing,
             workspace_for=self.checkouts.workspace_for,
             prepare_workspace=self.checkouts.prepare,

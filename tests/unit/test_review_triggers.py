@@ -136,3 +136,14 @@ def test_review_requests_run_as_the_read_only_review_agent(
     text: str, thread: GitHubIssue | None, agent: str
 ) -> None:
     assert agent_for(text, thread, "coder") == agent
+
+
+def test_a_posted_review_is_one_evidence_row_with_its_head_and_comment_count() -> None:
+    from runtime.evidence import EvidenceItem, Strength
+    from runtime.reporting import describe_evidence
+
+    url = "https://github.com/acme/shop/pull/1#pullrequestreview-9"
+    detail = {"review_id": 9, "sha": HEAD, "comments": 2, "number": 1, "repo": "acme/shop"}
+    item = EvidenceItem("read_back", url, Strength.provider_read_back, detail)
+
+    assert describe_evidence(item) == f"Review read back on {HEAD[:7]}: 2 comments — {url}"

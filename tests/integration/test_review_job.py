@@ -1,0 +1,143 @@
+"""Code review as a job, end to end over the emulators, a real git remote and each database: a
+review requested from the bot (delivered twice, and once more under another delivery id)
+starts one read-only review task; its first review aims a comment outside the diff, which
+comes back to the model as an error with nothing posted; the review it submits then lands
+once, with its inline comment on a diff line; the reply on the pull request carries the
+review read back; the repository's REVIEW.md (on main, in Keel's mirror) reached the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from adapters.emulators.corpus import load_github_example
+from adapters.emulators.github_state import PullFile
+from runtime.store import executions
+from runtime.store import tasks as q
+from runtime.store.engine import Database
+from runtime.store.models import TaskRow
+from runtime.store.records import Task, TaskStatus
+from tests.integration.keel_live import SHOP, Live, demo_script_after, live_keel
+
+RULE = "Every new function needs a docstring."
+PATCH = "@@ -1,3 +1,6 @@\n def add(a, b):\n     return a + b\n \n+\n+def sub(a, b):\n"
+PATCH += "+    return a - a\n"
+GOOD = {"path": "calc.py", "line": 6, "side": "RIGHT", "body": "sub() subtracts a from a."}
+OFF_DIFF = {"path": "calc.py", "line": 60, "body": "not on the diff"}
+
+
+def _review_script() -> dict[str, Any]:
+    review = {"number": 1, "event": "REQUEST_CHANGES", "body": "sub() is wrong."}
+    return {
+        "match": "Review pull request #1",
+        "turns": [
+            {
+                "tool_calls": [
+                    {"name": "submit_review", "args": review | {"comments": [GOOD, OFF_DIFF]}}
+                ],
+            },
+            {
+                "expect_seen": ["calc.py line 60 (RIGHT) is not on the diff"],
+                "tool_calls": [{"name": "submit_review", "args": review | {"comments": [GOOD]}}],
+            },
+            {"say": "Reviewed pull request #1: one finding, in sub()."},
+        ],
+    }
+
+
+def _add_review_rules(origin: Path, scratch: Path) -> None:
+    """A commit on main of the remote adding REVIEW.md, as its maintainers would."""
+
+    def run(*args: str, cwd: Path) -> None:
+        env = {
+            "GIT_AUTHOR_NAME": "M",
+            "GIT_AUTHOR_EMAIL": "m@x",
+            "GIT_COMMITTER_NAME": "M",
+            "GIT_COMMITTER_EMAIL": "m@x",
+            "HOME": str(scratch),
+            "PATH": "/usr/bin:/bin",
+        }
+        subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+    run("clone", "-q", str(origin), str(scratch / "work"), cwd=scratch)
+    (scratch / "work" / "REVIEW.md").write_text(f"# Review rules\n\n{RULE}\n")
+    run("add", "REVIEW.md", cwd=scratch / "work")
+    run("commit", "-qm", "Review rules", cwd=scratch / "work")
+    run("push", "-q", "origin", "main", cwd=scratch / "work")
+
+
+def _requested(live: Live, head: str) -> dict[str, Any]:
+    return load_github_example(
+        "pull_request/review_requested",
+        **{
+            "repository.full_name": SHOP,
+            "repository.name": "shop",
+            "repository.owner.login": "acme",
+            "pull_request.number": 1,
+            "pull_request.head.sha": head,
+            "requested_reviewer.login": "keel-bot",
+            "sender.login": "Codertocat",
+        },
+    )
+
+
+async def _ended_review(db: Database, timeout: float = 90) -> Task:
+    async def ended() -> Task | None:
+        task = await db.read(lambda s: q.latest_by_objective(s, f"github:{SHOP}#1"))
+        return task if task is not None and TaskStatus(task.status).is_terminal else None
+
+    async with asyncio.timeout(timeout):
+        while (task := await ended()) is None:
+            await asyncio.sleep(0.1)
+    return task
+
+
+async def test_requested_review_lands_once_on_diff_lines_with_its_read_back(
+    db_url: str, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "keel"
+    extra = {"model": {"script": str(demo_script_after(tmp_path / "model", _review_script()))}}
+    with live_keel(workdir, db_url, workers=True, extra=extra) as live:
+        (tmp_path / "scratch").mkdir()
+        _add_review_rules(workdir / "origin" / "acme" / "shop.git", tmp_path / "scratch")
+        files = (PullFile("calc.py", "modified", 3, 0, PATCH),)
+        live.github.set_permission(SHOP, "Codertocat", "write")
+        live.github.add_pull(SHOP, "Add sub", user="Codertocat", head="feature", files=files)
+        head = live.github.repos[SHOP].pulls[1].head_sha
+        event = _requested(live, head)
+        await live.send_github("pull_request", event, delivery_id="rr-1", times=2)
+        await live.send_github("pull_request", event, delivery_id="rr-2")
+        db = Database.from_url(db_url)
+        task = await _ended_review(db)
+        run = await db.read(lambda s: executions.load_run(s, task.task_id))
+        query = select(TaskRow).where(TaskRow.objective_key == f"github:{SHOP}#1")
+        tasks = await db.read(lambda s: list(s.scalars(query)))
+        await _until_replied(live)
+        db.close()
+    assert task.status == "succeeded", task.result
+    assert task.agent == "review" and len(tasks) == 1
+    system = run.state.system if run is not None else ""
+    assert RULE in system
+    [review] = live.github.reviews_of(SHOP, 1)
+    assert (review.state, review.commit_id, review.user.login) == (
+        "CHANGES_REQUESTED",
+        head,
+        "keel-bot",
+    )
+    inline = [c for c in live.github.repos[SHOP].review_comments.values()]
+    assert [(c.path, c.line, c.review_id) for c in inline] == [("calc.py", 6, review.review_id)]
+    replies = [c.body for c in live.github.repos[SHOP].comments.values()]
+    assert any(f"Review read back on {head[:7]}: 1 comment" in body for body in replies), replies
+
+
+async def _until_replied(live: Live) -> None:
+    async with asyncio.timeout(30):
+        while not any(
+            "Review read back" in c.body for c in live.github.repos[SHOP].comments.values()
+        ):
+            await asyncio.sleep(0.1)

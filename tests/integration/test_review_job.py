@@ -121,7 +121,7 @@ async def test_requested_review_lands_once_on_diff_lines_with_its_read_back(
         db.close()
     assert task.status == "succeeded", task.result
     assert task.agent == "review" and len(tasks) == 1
-    system = run.state.system if run is not None else ""
+    system = (run.state.system if run is not None else None) or ""
     assert RULE in system
     [review] = live.github.reviews_of(SHOP, 1)
     assert (review.state, review.commit_id, review.user.login) == (

@@ -141,3 +141,92 @@ async def _until_replied(live: Live) -> None:
             "Review read back" in c.body for c in live.github.repos[SHOP].comments.values()
         ):
             await asyncio.sleep(0.1)
+
+
+FIXED_PATCH = PATCH.replace("a - a", "a - b")
+NEW_HEAD = "5" * 40
+EARLIER_REVIEW, FINDING = 9001, 9002
+
+
+def _re_review_script() -> dict[str, Any]:
+    since = "Since the last review: sub() now subtracts b. Nothing new."
+    reply = {"comment_id": FINDING, "body": "sub() subtracts b now.", "fixed": True}
+    review = {"number": 1, "event": "COMMENT", "body": since, "replies": [reply]}
+    return {
+        "match": "Review pull request #1. \\(pushed to",
+        "turns": [
+            {"tool_calls": [{"name": "review_since", "args": {"number": 1}}]},
+            {
+                "expect_seen": [f'"comment_id": {FINDING}', "+    return a - b"],
+                "tool_calls": [{"name": "submit_review", "args": review}],
+            },
+            {"say": "Re-reviewed pull request #1: the finding in sub() is fixed."},
+        ],
+    }
+
+
+def _earlier_review(live: Live, head: str) -> None:
+    """Keel's review of the first head, as submit_review left it: one finding on sub()."""
+    from adapters.emulators.github_state import Review, ReviewComment
+    from adapters.github.submit_review import review_key
+    from adapters.github.surface import with_marker
+
+    repo, bot = live.github.repos[SHOP], live.github.add_user("keel-bot")
+    body = with_marker("sub() is wrong.", review_key(SHOP, 1, head))
+    repo.reviews[EARLIER_REVIEW] = Review(
+        EARLIER_REVIEW, 1, body, "CHANGES_REQUESTED", bot, head, 0
+    )
+    repo.review_comments[FINDING] = ReviewComment(
+        FINDING, 1, "calc.py", 6, PATCH, str(GOOD["body"]), bot, head, 0, review_id=EARLIER_REVIEW
+    )
+
+
+def _pushed(live: Live) -> dict[str, Any]:
+    return load_github_example(
+        "pull_request/synchronize",
+        **{
+            "repository.full_name": SHOP,
+            "repository.name": "shop",
+            "repository.owner.login": "acme",
+            "pull_request.number": 1,
+            "pull_request.head.sha": NEW_HEAD,
+            "pull_request.head.ref": "feature",
+            "pull_request.draft": False,
+            "sender.login": "Codertocat",
+        },
+    )
+
+
+async def test_a_push_is_re_reviewed_answering_the_fixed_finding_instead_of_repeating_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    script = demo_script_after(tmp_path / "model", _re_review_script())
+    extra = {"model": {"script": str(script)}, "review": {"auto": [{"repo": "acme/*"}]}}
+    with live_keel(tmp_path / "keel", db_url, workers=True, extra=extra) as live:
+        files = (PullFile("calc.py", "modified", 3, 0, PATCH),)
+        live.github.set_permission(SHOP, "Codertocat", "write")
+        live.github.add_pull(SHOP, "Add sub", user="Codertocat", head="feature", files=files)
+        first_head = live.github.repos[SHOP].pulls[1].head_sha
+        _earlier_review(live, first_head)
+        fixed = (PullFile("calc.py", "modified", 3, 0, FIXED_PATCH),)
+        change = PullFile(
+            "calc.py", "modified", 1, 1, "@@ -6 +6 @@\n-    return a - a\n+    return a - b\n"
+        )
+        live.github.push_to_pull(SHOP, 1, NEW_HEAD, fixed, changed=(change,))
+        await live.send_github("pull_request", _pushed(live), delivery_id="push-1", times=2)
+        db = Database.from_url(db_url)
+        task = await _ended_review(db)
+        await _until_replied(live)
+        db.close()
+    assert task.status == "succeeded", task.result
+    reviews = live.github.reviews_of(SHOP, 1)
+    assert [(r.review_id == EARLIER_REVIEW, r.commit_id) for r in reviews] == [
+        (True, first_head),
+        (False, NEW_HEAD),
+    ]
+    assert "Since the last review" in reviews[1].body
+    comments = live.github.repos[SHOP].review_comments.values()
+    repeated = [c for c in comments if c.review_id == reviews[1].review_id]
+    assert repeated == []  # the fixed finding is answered in its thread, not posted again
+    [answer] = [c for c in comments if c.in_reply_to == FINDING]
+    assert f"Fixed in {NEW_HEAD}." in answer.body and answer.user.login == "keel-bot"

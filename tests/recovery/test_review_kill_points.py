@@ -6,11 +6,8 @@ comment on the diff; where it did not, the call is reported interrupted, not rep
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +18,8 @@ from adapters.emulators.server import serve
 from runtime.scheduler import Scheduler
 from runtime.store import ledger, tool_calls
 from runtime.store.engine import Database
-from runtime.store.executions import load_run
 from tests.factories import make_spec
-from tests.recovery.restarts import points_reached, problems_at, sampled, spawn
+from tests.recovery.restarts import points_reached, problems_at, sampled, spawn, until_done
 from tests.recovery.review_main import BOT, REPO, TOKEN
 
 PATCH = "@@ -1,2 +1,3 @@\n a = 1\n-b = 2\n+b = 3\n+c = 4\n"
@@ -69,36 +65,22 @@ async def _run(db_url: str, folder: Path, fault: str | None, trace: Path | None)
             env = {"KEEL_FAULT": fault} if fault else {}
             if trace is not None:
                 env["KEEL_FAULT_TRACE"] = str(trace)
-            await _until_done(db, db_url, task_id, folder, server.url, env)
+            start = _starter(db_url, folder, server.url)
+            await until_done(db, task_id, start, env, folder=folder, timeout=120)
         return await _problems(db, task_id, state)
     finally:
         db.close()
 
 
-async def _until_done(
-    db: Database, db_url: str, task_id: str, folder: Path, url: str, env: dict[str, str]
-) -> None:
+def _starter(
+    db_url: str, folder: Path, url: str
+) -> Callable[[dict[str, str]], subprocess.Popen[bytes]]:
     args = (db_url, str(folder), str(folder / "script.json"), url)
 
-    def start(extra: dict[str, str]) -> subprocess.Popen[bytes]:
-        return spawn("tests.recovery.review_main", args, folder, extra)
+    def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
+        return spawn("tests.recovery.review_main", args, folder, env)
 
-    worker, deadline = start(env), time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:  # killed at the fault point: again, without it
-                worker = start({})
-            run = await db.run(lambda s: load_run(s, task_id))
-            if run is not None and run.phase == "done":
-                return
-            await asyncio.sleep(0.05)
-        raise TimeoutError((folder / "worker.err").read_text()[-2000:])
-    finally:
-        (folder / "stop").write_text("")
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.send_signal(signal.SIGKILL)
+    return start
 
 
 async def _problems(db: Database, task_id: str, state: GitHubState) -> list[str]:

@@ -398,14 +398,28 @@ async def create_review(request: Request, owner: str, repo: str, pull_number: in
         raise GitHubError(422, "Unprocessable Entity", ["Body can't be blank"])
     drafts = [_review_comment_draft(pull, c) for c in body.get("comments") or []]
     review = Review(
-        state.next_id(), pull_number, str(text), _REVIEW_STATES.get(str(event), "PENDING"),
-        caller, str(body.get("commit_id") or pull.head_sha), time.time(),
+        state.next_id(),
+        pull_number,
+        str(text),
+        _REVIEW_STATES.get(str(event), "PENDING"),
+        caller,
+        str(body.get("commit_id") or pull.head_sha),
+        time.time(),
     )
     found.reviews[review.review_id] = review
     for path, line, side, hunk, said in drafts:
         comment = ReviewComment(
-            state.next_id(), pull_number, path, line, hunk, said, caller, review.commit_id,
-            review.submitted_at, review_id=review.review_id, side=side,
+            state.next_id(),
+            pull_number,
+            path,
+            line,
+            hunk,
+            said,
+            caller,
+            review.commit_id,
+            review.submitted_at,
+            review_id=review.review_id,
+            side=side,
         )
         found.review_comments[comment.comment_id] = comment
     return JSONResponse(shapes.review_json(_hosts(request), found, review))

@@ -55,5 +55,3 @@ def _detail(error: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error.get("code"))
     return str(error)
-
-

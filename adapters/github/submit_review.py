@@ -336,4 +336,3 @@ def _comment(raw: Any) -> InlineComment:
     if line < 1 or not body.strip():
         raise ValueError(f"{path}: a comment needs a line from 1 and a body")
     return InlineComment(path, line, side, body)
-

@@ -16,7 +16,9 @@ from runtime.config import REVIEW_AGENT
 from runtime.threads import GitHubIssue, ThreadRef
 
 _REVIEW = re.compile(r"^Review pull request #\d+\.")
-_FIXES = re.compile(r"\b(fix|fixes|fixing|push|commit|apply|change it|update it)\b", re.I)
+# Fixes only when the asker's own words right after "review" ask for them ("review and fix
+# the typos"): "review, but don't fix anything" must not widen the task's tools.
+_FIXES = re.compile(r"^Review pull request #\d+\.\s+(and|then|&|\+)\s+(fix|apply|push)\b", re.I)
 
 
 def review_text(number: int, rest: str = "") -> str:
@@ -33,4 +35,4 @@ def is_review(text: str) -> bool:
 def agent_for(text: str, thread: ThreadRef | None, routed: str) -> str:
     """``review`` for a read-only review of a pull request, else the routed agent."""
     reviewing = isinstance(thread, GitHubIssue) and is_review(text)
-    return REVIEW_AGENT if reviewing and not _FIXES.search(text) else routed
+    return REVIEW_AGENT if reviewing and not _FIXES.match(text) else routed

@@ -427,7 +427,7 @@ def _pr_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Igno
     pull = parsed.pull_request
     said = _as_review(_said(_title_and_body(pull.title, pull.body), delivery.trigger), pull.number)
     if not said.addressed and _auto_reviewed(parsed, delivery):
-        return _review_signal(parsed, delivery, f"opened by {parsed.sender.login}")
+        return _review_signal(parsed, delivery, "opened")
     return _signal(
         delivery,
         parsed,
@@ -448,8 +448,8 @@ def _pr_updated(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ign
         return parsed
     if not _auto_reviewed(parsed, delivery):
         return Ignored("not_addressed", f"pull_request.{parsed.action} without review.auto")
-    how = "pushed to" if parsed.action == "synchronize" else "marked ready"
-    return _review_signal(parsed, delivery, f"{how} by {parsed.sender.login}")
+    how = "pushed to" if parsed.action == "synchronize" else "marked ready for review"
+    return _review_signal(parsed, delivery, how)
 
 
 def _review_requested(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
@@ -460,12 +460,13 @@ def _review_requested(payload: Mapping[str, Any], delivery: _Delivery) -> Signal
     reviewer = parsed.requested_reviewer
     if reviewer is None or not _is_self(reviewer, delivery.identity, ()):
         return Ignored("not_addressed", "pull_request.review_requested of someone else")
-    return _review_signal(parsed, delivery, f"requested by {parsed.sender.login}")
+    return _review_signal(parsed, delivery, "review requested")
 
 
 def _review_signal(parsed: _PullRequestEvent, delivery: _Delivery, why: str) -> Signal:
     """One review request per (pull request, head): a review requested on a head that a push
-    already asked to review is the same fact, so one review task, not two."""
+    already asked to review is the same fact, so one review task, not two. The text names
+    no login: the sender is the Signal's actor, and its words are not the asker's."""
     pull, repo = parsed.pull_request, parsed.repository.full_name
     head = pull.head.sha or f"delivery:{delivery.delivery_id}"
     text = review_text(pull.number, f"({why}; head {head})")

@@ -2,8 +2,9 @@
 review requested from the bot (delivered twice, and once more under another delivery id)
 starts one read-only review task; its first review aims a comment outside the diff, which
 comes back to the model as an error with nothing posted; the review it submits then lands
-once, with its inline comment on a diff line; the reply on the pull request carries the
-review read back; the repository's REVIEW.md (on main, in Keel's mirror) reached the model.
+once (though the response to its POST is lost), with its inline comment on a diff line; the
+reply on the pull request carries the review read back; the repository's REVIEW.md (on main,
+in Keel's mirror) reached the model. A push is re-reviewed without repeating a fixed finding.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ async def test_requested_review_lands_once_on_diff_lines_with_its_read_back(
         live.github.set_permission(SHOP, "Codertocat", "write")
         live.github.add_pull(SHOP, "Add sub", user="Codertocat", head="feature", files=files)
         head = live.github.repos[SHOP].pulls[1].head_sha
+        # The review's POST lands but its response is lost: found again by its marker.
+        live.github.inject("pulls/create-review", "drop_response")
         event = _requested(live, head)
         await live.send_github("pull_request", event, delivery_id="rr-1", times=2)
         await live.send_github("pull_request", event, delivery_id="rr-2")
@@ -124,6 +127,8 @@ async def test_requested_review_lands_once_on_diff_lines_with_its_read_back(
     system = (run.state.system if run is not None else None) or ""
     assert RULE in system
     [review] = live.github.reviews_of(SHOP, 1)
+    assert len(live.github.requests_to("POST", f"/repos/{SHOP}/pulls/1/reviews")) == 1
+    assert live.github.fault_plan.faults[0].remaining == 0  # its response was lost
     assert (review.state, review.commit_id, review.user.login) == (
         "CHANGES_REQUESTED",
         head,

@@ -126,8 +126,11 @@ PULL = GitHubIssue(REPO, 2)
     ("text", "thread", "agent"),
     [
         ("Review pull request #2.", PULL, "review"),
-        ("Review pull request #2. (requested by x; head y)", PULL, "review"),
+        ("Review pull request #2. (review requested; head y)", PULL, "review"),
         ("Review pull request #2. and fix the typos", PULL, "coder"),
+        ("Review pull request #2. then push a fix", PULL, "coder"),
+        ("Review pull request #2. but don't fix anything", PULL, "review"),
+        ("Review pull request #2. (pushed to; head fix)", PULL, "review"),
         ("review the docs", PULL, "coder"),
         ("Review pull request #2.", None, "coder"),
     ],

@@ -104,6 +104,7 @@ class _PullRequest(_Payload):
     labels: tuple[_Label, ...] = ()
     head: _Ref
     draft: bool = False
+    author_association: str | None = None
 
 
 class _PullRef(_Payload):
@@ -482,8 +483,16 @@ def _review_signal(parsed: _PullRequestEvent, delivery: _Delivery, why: str) -> 
     )
 
 
+# Whose pull requests are reviewed unasked: people of the repository. An outsider's would be
+# refused by routing's permission check on every push, each refusal a reply on the pull
+# request; a maintainer asks for their review with "@keel review" instead.
+_INSIDERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+
+
 def _auto_reviewed(parsed: _PullRequestEvent, delivery: _Delivery) -> bool:
     repo, pull = parsed.repository.full_name.lower(), parsed.pull_request
+    if (pull.author_association or "").upper() not in _INSIDERS:
+        return False
     return any(
         fnmatchcase(repo, rule.repo.lower())
         and parsed.action in rule.on

@@ -197,6 +197,7 @@ def _pushed(live: Live) -> dict[str, Any]:
             "pull_request.head.sha": NEW_HEAD,
             "pull_request.head.ref": "feature",
             "pull_request.draft": False,
+            "pull_request.author_association": "COLLABORATOR",
             "sender.login": "Codertocat",
         },
     )

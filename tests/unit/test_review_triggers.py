@@ -95,6 +95,17 @@ def test_automatic_review_follows_the_repository_setting(
     assert is_review == reviewed, found
 
 
+@pytest.mark.parametrize("association", ["CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "NONE"])
+def test_an_outsiders_pull_request_is_not_reviewed_unasked(association: str) -> None:
+    payload = load_github_example(
+        "pull_request/synchronize", **{"pull_request.author_association": association}
+    )
+
+    found = _translate("pull_request", payload, AUTO)
+
+    assert isinstance(found, Ignored) and found.reason == "not_addressed"
+
+
 def test_keel_review_on_a_pull_request_is_a_review_request() -> None:
     payload = load_github_example(
         "issue_comment/created",

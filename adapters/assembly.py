@@ -21,6 +21,7 @@ from adapters.github.client import GitHubClient
 from adapters.github.surface import GitHubSurface
 from adapters.github.tools import github_tools
 from adapters.logs import register_secrets
+from adapters.review_rules import ReviewRules
 from adapters.slack.connection import SlackConnection
 from adapters.slack.surface import SlackSurface
 from adapters.web.metrics import Metrics
@@ -32,7 +33,14 @@ from routing.policy import RoutingPolicy
 from routing.sink import RoutedSink
 from runtime.brief.port import Briefing
 from runtime.clock import Clock, SystemClock
-from runtime.config import AgentConfig, ModelConfig, WorkspaceConfig, agent_model
+from runtime.config import (
+    REVIEW_AGENT,
+    AgentConfig,
+    ModelConfig,
+    WorkspaceConfig,
+    agent_model,
+    review_agent,
+)
 from runtime.errors import Permanent
 from runtime.executor.accounting import Accounting
 from runtime.executor.context import ExecutorContext, ModelSetup
@@ -231,7 +239,11 @@ class Keel:
         from adapters.github.webhook import GitHubWebhook
 
         webhook = GitHubWebhook.from_config(
-            cfg, self.sink, self.clock, installations=github.installations
+            cfg,
+            self.sink,
+            self.clock,
+            installations=github.installations,
+            auto_review=self.config.review.auto,
         )
         self.held = webhook.held = HeldDeliveries(
             self.db,
@@ -260,6 +272,8 @@ class Keel:
         # Delegate reads this mapping at each call, so the daemons' agents join it once the
         # tool names they may deny are known.
         agents: dict[str, AgentConfig] = dict(cfg.agents)
+        # Review requests run as this agent (routing/reviews.py): configured or derived.
+        agents[REVIEW_AGENT] = review_agent(cfg.agents)
         tools, _ = self._agent_tools({})
         agents.update(daemon_agents(daemons, cfg.agents, tools))
         tools, agent_tools = self._agent_tools(agents)
@@ -273,7 +287,7 @@ class Keel:
             resident=daemon_residency(daemons, cfg.daemons.idle_lifetime_s),
             clock=self.clock,
             reporter=ThreadReporter(self.clock, self.reporting),
-            context_sources=(RepoGuidance(self.checkouts),),
+            context_sources=(RepoGuidance(self.checkouts), ReviewRules(self.checkouts)),
             briefing=self.briefing,
             workspace_for=self.checkouts.workspace_for,
             prepare_workspace=self.checkouts.prepare,
@@ -345,6 +359,8 @@ class Keel:
                     self.github,
                     self.checkouts.repo_full_name,
                     allowed_mentions=self.config.github.allowed_mentions,
+                    allow_approve=self.config.review.allow_approve,
+                    bot_login=self.config.github.bot_login,
                 )
             )
 

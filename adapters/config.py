@@ -43,6 +43,7 @@ from runtime.config import (
     Names,
     OptionalText,
     ReportingConfig,
+    ReviewConfig,
     Secret,
     SourceOf,
     WorkerConfig,
@@ -366,6 +367,7 @@ class AppConfig(ConfigSection):
     agents: Agents = Field(default_factory=default_agents)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     daemons: DaemonsConfig = Field(default_factory=DaemonsConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     reporting: ReportingConfig = Field(default_factory=ReportingConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, assert_never
 
+from routing import reviews
 from routing.daemons import DaemonDefinition
 from routing.outcome import Ledger
 from routing.policy import RoutingPolicy
@@ -58,6 +59,7 @@ class Effects:
             case Append(task=task):
                 return self._append_in(session, record, task.task_id, self._fresh(record), "append")
             case NewTask(objective_key=objective, message=message, agent=agent, follows=follows):
+                agent = self._reviewing(record, message, agent)
                 fresh = _Fresh(objective, agent, message, "new_task", route.where)
                 return self._new_task_in(
                     session, record, fresh, follows=follows.task_id if follows else None
@@ -172,11 +174,15 @@ class Effects:
         choice = self.policy.agent_for(record.thread_ref, who, text, repo)
         return _Fresh(
             objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
-            agent=choice.agent,
+            agent=self._reviewing(record, choice.message, choice.agent),
             message=choice.message,
             decision="new_task",
             where=where,
         )
+
+    def _reviewing(self, record: SignalRecord, message: str, agent: str) -> str:
+        """A pull request's review request runs read-only, as the ``review`` agent."""
+        return reviews.agent_for(message, record.thread_ref, agent)
 
     def _spec(
         self, record: SignalRecord, fresh: _Fresh, follows: TaskId | None, key: str

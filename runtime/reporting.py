@@ -317,6 +317,11 @@ def describe_evidence(item: EvidenceItem) -> str:
             return line if report.status == "restored" else f"{line} — {strength}"
         case "network_refused":
             return f"Network: refused {item.ref} (not in the allowlist)"
+        case "read_back" if "review_id" in d:
+            count = d.get("comments", "?")
+            noun = "comment" if count == 1 else "comments"
+            sha = str(d.get("sha", "?"))[:7]
+            return f"Review read back on {sha}: {count} {noun} — {item.ref}"
         case _:
             return f"{item.kind} {item.ref} — {strength}"
 

@@ -16,6 +16,8 @@ FILES = {
     "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
     "    def test_add_zero(self):\n        self.assertEqual(add(0, 0), 0)\n",
     "AGENTS.md": "# Working on this repository\n\nRun the tests with `python -m unittest -v`.\n",
+    # What a review task of this repository reads (from main, in Keel's mirror).
+    "REVIEW.md": "# Review rules\n\nEvery function needs a test in test_calc.py.\n",
     # Keel's setup step runs this once per workspace, before the agent starts. The demo needs
     # no network: the tests use the standard library's unittest, so nothing is installed.
     ".keel/setup.sh": "set -e\necho 'nothing to install: the tests need only the stdlib'\n",

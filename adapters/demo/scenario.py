@@ -4,7 +4,8 @@ It starts the Slack and GitHub emulators and Keel on loopback, creates a sample 
 with a failing test, posts a report of the failure and, in its thread, a signed mention asking
 Keel to fix it (the scripted model must see the report, which only the task brief carries),
 then mid-run a follow-up; it plays CI on the pull request the agent opens, and shows the
-thread as a person would see it.
+thread as a person would see it. Then (``adapters/demo/review.py``) a person asks Keel to
+review a pull request of hers, and the review lands on it.
 
 With ``socket_mode`` (``keel demo --socket-mode``) Keel gets an app-level token instead of
 serving ``/slack/events``: it opens the emulator's Socket Mode websocket, and each event is
@@ -28,6 +29,7 @@ import yaml
 
 from adapters.config import AppConfig, build_config
 from adapters.demo.repo import branch_head, create_sample_repo
+from adapters.demo.review import review_step
 from adapters.emulators.github import create_github_app
 from adapters.emulators.github_state import GitHubState
 from adapters.emulators.server import RunningServer, serve
@@ -310,8 +312,10 @@ async def run_demo(
     timeout_s: float = 180,
     inspect: Inspect | None = None,
     socket_mode: bool = False,
+    review: bool = True,
 ) -> DemoResult:
-    """Run the scenario; ``inspect(keel_url, task_id)`` runs before Keel shuts down."""
+    """Run the scenario, then (``review``) the review step; ``inspect(keel_url, task_id)``
+    runs before Keel shuts down."""
     missing = missing_prerequisites()
     if missing:
         return DemoResult(False, None, [], missing)
@@ -339,6 +343,11 @@ async def run_demo(
         )
         send = socket_sender(hub) if hub else http_sender(keel.url)
         result = await _drive(workdir, db_url, keel.url, send, slack, github, echo, timeout_s)
+        if review and result.ok:
+            problems = await review_step(
+                keel.url, db_url, github, repo=REPO, webhook_secret=WEBHOOK_SECRET, echo=echo
+            )
+            result = replace(result, ok=not problems, problems=problems)
         if inspect is not None and result.task_id is not None:
             await inspect(keel.url, result.task_id)
         return replace(result, config_path=_afterwards_config(workdir, db_url))

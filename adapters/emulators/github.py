@@ -28,7 +28,11 @@ from adapters.emulators.github_state import (
     PullRequest,
     Reaction,
     Repo,
+    Review,
     ReviewComment,
+    ReviewState,
+    Side,
+    diff_lines,
 )
 
 Json = dict[str, Any]
@@ -49,7 +53,9 @@ _APP_ROUTES = frozenset(
 class GitHubError(Exception):
     """An error answer: status code, GitHub's message and optional validation errors."""
 
-    def __init__(self, status: int, message: str, errors: list[Json] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, errors: list[Json] | list[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -367,6 +373,99 @@ async def create_review_reply(
     return JSONResponse(body, status_code=201, headers={"Location": body["url"]})
 
 
+_REVIEW_STATES: dict[str, ReviewState] = {
+    "APPROVE": "APPROVED",
+    "REQUEST_CHANGES": "CHANGES_REQUESTED",
+    "COMMENT": "COMMENTED",
+}
+# GitHub's answer when an inline comment is not on the pull request's diff (all or nothing:
+# the review is not created).
+_NOT_ON_DIFF = "Pull request review thread line must be part of the diff"
+
+
+async def create_review(request: Request, owner: str, repo: str, pull_number: int) -> Response:
+    """A review with its inline comments, created whole or refused whole (422)."""
+    found, state = _repo(request, owner, repo), _state(request)
+    pull, body = _pull(found, pull_number), await _body(request)
+    event = body.get("event")
+    if event is not None and event not in _REVIEW_STATES:
+        raise GitHubError(422, "Unprocessable Entity", [f"Event {event!r} is not valid"])
+    caller = _caller(request)
+    if event == "APPROVE" and caller.login == pull.user.login:
+        raise GitHubError(422, "Unprocessable Entity", ["Can not approve your own pull request"])
+    text = body.get("body") or ""
+    if event == "REQUEST_CHANGES" and not text:
+        raise GitHubError(422, "Unprocessable Entity", ["Body can't be blank"])
+    drafts = [_review_comment_draft(pull, c) for c in body.get("comments") or []]
+    review = Review(
+        state.next_id(),
+        pull_number,
+        str(text),
+        _REVIEW_STATES.get(str(event), "PENDING"),
+        caller,
+        str(body.get("commit_id") or pull.head_sha),
+        time.time(),
+    )
+    found.reviews[review.review_id] = review
+    for path, line, side, hunk, said in drafts:
+        comment = ReviewComment(
+            state.next_id(),
+            pull_number,
+            path,
+            line,
+            hunk,
+            said,
+            caller,
+            review.commit_id,
+            review.submitted_at,
+            review_id=review.review_id,
+            side=side,
+        )
+        found.review_comments[comment.comment_id] = comment
+    return JSONResponse(shapes.review_json(_hosts(request), found, review))
+
+
+def _review_comment_draft(pull: PullRequest, draft: Any) -> tuple[str, int, Side, str, str]:
+    """An inline comment of a new review, checked against the pull request's diff."""
+    if not isinstance(draft, dict) or not isinstance(draft.get("body"), str):
+        raise GitHubError(422, "Unprocessable Entity", ["Comment body can't be blank"])
+    path, line, side = draft.get("path"), draft.get("line"), draft.get("side") or "RIGHT"
+    file = next((f for f in pull.files if f.filename == path), None)
+    if file is None or not isinstance(path, str):
+        raise GitHubError(422, "Unprocessable Entity", ["Path could not be resolved"])
+    sides: dict[Any, Side] = {"LEFT": "LEFT", "RIGHT": "RIGHT"}
+    on = sides.get(side)
+    if on is None or not isinstance(line, int) or (on, line) not in diff_lines(file.patch):
+        raise GitHubError(422, "Unprocessable Entity", [_NOT_ON_DIFF])
+    return path, line, on, file.patch or "", str(draft["body"])
+
+
+async def list_reviews(request: Request, owner: str, repo: str, pull_number: int) -> Response:
+    found, hosts = _repo(request, owner, repo), _hosts(request)
+    _pull(found, pull_number)
+    reviews = sorted(
+        (r for r in found.reviews.values() if r.pull_number == pull_number),
+        key=lambda r: r.review_id,
+    )
+    return _paged(request, [shapes.review_json(hosts, found, r) for r in reviews])
+
+
+async def list_review_comments_of_review(
+    request: Request, owner: str, repo: str, pull_number: int, review_id: int
+) -> Response:
+    found, hosts = _repo(request, owner, repo), _hosts(request)
+    _pull(found, pull_number)
+    review = found.reviews.get(review_id)
+    if review is None or review.pull_number != pull_number:
+        raise GitHubError(404, "Not Found")
+    comments = [
+        shapes.review_comment_json(hosts, found, c)
+        for c in sorted(found.review_comments.values(), key=lambda c: c.comment_id)
+        if c.review_id == review_id
+    ]
+    return _paged(request, comments)
+
+
 def _job_of(found: Repo, job_id: int) -> CheckRun:
     run = next((r for runs in found.checks.values() for r in runs if r.check_id == job_id), None)
     if run is None:
@@ -426,6 +525,17 @@ def _sha(repo: Repo, ref: str) -> str:
 async def get_commit(request: Request, owner: str, repo: str, ref: str) -> Json:
     found = _repo(request, owner, repo)
     return shapes.commit_json(_hosts(request), found, _sha(found, ref))
+
+
+async def compare_commits(request: Request, owner: str, repo: str, basehead: str) -> Json:
+    """Two heads of one pull request compared, as seeded by ``push_to_pull``."""
+    found = _repo(request, owner, repo)
+    base, _, head = basehead.partition("...")
+    files = found.comparisons.get((base, head))
+    pull = next((p for p in found.pulls.values() if p.head_sha == head), None)
+    if files is None or pull is None:
+        raise GitHubError(404, "Not Found")
+    return shapes.comparison_json(_hosts(request), found, pull, base, head, files)
 
 
 async def list_check_runs(request: Request, owner: str, repo: str, ref: str) -> Json:
@@ -529,6 +639,10 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ("GET", _PULL + "/files", "pulls/list-files", list_pull_files),
     ("GET", _PULL + "/comments", "pulls/list-review-comments", list_review_comments),
     ("GET", _REVIEW_COMMENT, "pulls/get-review-comment", get_review_comment),
+    ("POST", _PULL + "/reviews", "pulls/create-review", create_review),
+    ("GET", _PULL + "/reviews", "pulls/list-reviews", list_reviews),
+    ("GET", _PULL + "/reviews/{review_id}/comments",
+     "pulls/list-comments-for-review", list_review_comments_of_review),
     ("GET", _JOB, "actions/get-job-for-workflow-run", get_job),
     ("GET", _JOB + "/logs", "actions/download-job-logs-for-workflow-run", job_logs),
     ("POST", _PULL + "/comments/{comment_id}/replies",
@@ -539,6 +653,7 @@ ROUTES: tuple[tuple[str, str, str, Handler], ...] = (
     ("GET", _COMMIT + "/check-runs", "checks/list-for-ref", list_check_runs),
     ("GET", _COMMIT + "/status", "repos/get-combined-status-for-ref", combined_status),
     ("GET", _COMMIT, "repos/get-commit", get_commit),
+    ("GET", _REPO + "/compare/{basehead}", "repos/compare-commits", compare_commits),
     ("POST", "/app/installations/{installation_id}/access_tokens",
      "apps/create-installation-access-token", create_installation_token),
     ("GET", _REPO + "/installation", "apps/get-repo-installation", get_repo_installation),

@@ -29,6 +29,7 @@ from adapters.emulators.github_state import (
     PullRequest,
     Reaction,
     Repo,
+    Review,
     ReviewComment,
 )
 from adapters.emulators.github_state import Issue as IssueRecord
@@ -284,6 +285,29 @@ def commit_json(hosts: Hosts, repo: Repo, sha: str) -> Json:
     return body | {"sha": sha, "node_id": f"C_{sha}", "parents": []}
 
 
+def comparison_json(
+    hosts: Hosts, repo: Repo, pull: PullRequest, base: str, head: str, files: list[PullFile]
+) -> Json:
+    """``GET /compare/{base}...{head}``: one commit ahead, with the files changed between."""
+    body = hosts.render("commit-comparison", *_in_repo(repo))
+    compare = f"{hosts.repo_url(repo)}/compare/{base}...{head}"
+    return body | {
+        "url": compare,
+        "html_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}",
+        "permalink_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}",
+        "diff_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}.diff",
+        "patch_url": f"{hosts.api}/{repo.full_name}/compare/{base}...{head}.patch",
+        "base_commit": commit_json(hosts, repo, base),
+        "merge_base_commit": commit_json(hosts, repo, base),
+        "status": "ahead",
+        "ahead_by": 1,
+        "behind_by": 0,
+        "total_commits": 1,
+        "commits": [commit_json(hosts, repo, head)],
+        "files": [diff_entry_json(hosts, repo, pull, f) for f in files],
+    }
+
+
 def permission_json(hosts: Hosts, user: GitHubUser, permission: str) -> Json:
     # The legacy ``permission`` field folds maintain into write and triage into read.
     legacy = {"maintain": "write", "triage": "read"}.get(permission, permission)
@@ -356,7 +380,8 @@ def review_comment_json(hosts: Hosts, repo: Repo, comment: ReviewComment) -> Jso
         "url": own,
         "id": comment.comment_id,
         "node_id": f"PRRC_{comment.comment_id}",
-        "pull_request_review_id": comment.comment_id,
+        # A reply posted on its own is a review of its own on GitHub: its id stands in.
+        "pull_request_review_id": comment.review_id or comment.comment_id,
         "diff_hunk": comment.diff_hunk,
         "path": comment.path,
         "commit_id": comment.commit_id,
@@ -376,12 +401,36 @@ def review_comment_json(hosts: Hosts, repo: Repo, comment: ReviewComment) -> Jso
         "original_line": comment.line,
         "start_line": None,
         "original_start_line": None,
+        "side": comment.side,
     }
     if comment.in_reply_to is None:
         body.pop("in_reply_to_id", None)
     else:
         body["in_reply_to_id"] = comment.in_reply_to
     return body
+
+
+def review_json(hosts: Hosts, repo: Repo, review: Review) -> Json:
+    pull_url = f"{hosts.repo_url(repo)}/pulls/{review.pull_number}"
+    pull_html = f"{hosts.api}/{repo.full_name}/pull/{review.pull_number}"
+    html = f"{pull_html}#pullrequestreview-{review.review_id}"
+    body = hosts.render("pull-request-review", *_in_repo(repo))
+    if review.state == "PENDING":
+        body.pop("submitted_at", None)  # not submitted yet
+    else:
+        body["submitted_at"] = iso(review.submitted_at)
+    return body | {
+        "id": review.review_id,
+        "node_id": f"PRR_{review.review_id}",
+        "user": user_json(hosts, review.user),
+        "body": review.body,
+        "state": review.state,
+        "html_url": html,
+        "pull_request_url": pull_url,
+        "_links": {"html": {"href": html}, "pull_request": {"href": pull_url}},
+        "commit_id": review.commit_id,
+        "author_association": "NONE" if review.user.kind == "Bot" else "COLLABORATOR",
+    }
 
 
 def installation_json(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ CheckState = Literal[
     "pending",
 ]
 StatusState = Literal["success", "failure", "error", "pending"]
+Side = Literal["LEFT", "RIGHT"]
+ReviewState = Literal["APPROVED", "CHANGES_REQUESTED", "COMMENTED", "PENDING"]
 _RUNNING: frozenset[str] = frozenset({"queued", "in_progress", "pending"})
 
 
@@ -93,6 +96,21 @@ class ReviewComment:
     commit_id: str
     created_at: float
     in_reply_to: int | None = None
+    review_id: int | None = None  # the review it was posted in (a reply has its own)
+    side: Side = "RIGHT"
+
+
+@dataclass(slots=True)
+class Review:
+    """A submitted (or pending) pull request review; its inline comments name it."""
+
+    review_id: int
+    pull_number: int
+    body: str
+    state: ReviewState
+    user: GitHubUser
+    commit_id: str
+    submitted_at: float
 
 
 @dataclass(slots=True)
@@ -159,6 +177,9 @@ class Repo:
     statuses: dict[str, list[CommitStatus]] = field(default_factory=dict)
     reactions: list[Reaction] = field(default_factory=list)
     review_comments: dict[int, ReviewComment] = field(default_factory=dict)
+    reviews: dict[int, Review] = field(default_factory=dict)
+    # What GitHub's compare answers for (base sha, head sha): the files changed between.
+    comparisons: dict[tuple[str, str], list[PullFile]] = field(default_factory=dict)
     created_pulls: int = 0
     created_comments: int = 0
     # Where branch heads really live (e.g. a local bare git repository in the demo).
@@ -365,6 +386,28 @@ class GitHubState(EmulatorState):
         repo.review_comments[comment.comment_id] = comment
         return comment.comment_id
 
+    def push_to_pull(
+        self,
+        full_name: str,
+        number: int,
+        sha: str,
+        files: tuple[PullFile, ...],
+        *,
+        changed: tuple[PullFile, ...] = (),
+    ) -> None:
+        """A new head on the pull request's branch (a ``synchronize``): the pull request's
+        diff is now ``files``, and comparing the old head with the new one gives ``changed``."""
+        repo = self.repos[full_name]
+        pull = repo.pulls[number]
+        repo.comparisons[(pull.head_sha, sha)] = list(changed)
+        pull.head_sha = sha
+        pull.files = list(files)
+        repo.branches[pull.head_ref] = sha
+
+    def reviews_of(self, full_name: str, number: int) -> list[Review]:
+        repo = self.repos[full_name]
+        return [r for r in repo.reviews.values() if r.pull_number == number]
+
     def set_permission(self, full_name: str, login: str, permission: Permission) -> None:
         self.add_user(login)
         self.repos[full_name].permissions[login] = permission
@@ -401,3 +444,27 @@ class GitHubState(EmulatorState):
 
     def comments_created(self, full_name: str) -> int:
         return self.repos[full_name].created_comments
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def diff_lines(patch: str | None) -> set[tuple[Side, int]]:
+    """The (side, line) pairs of a file's patch a review comment may sit on: every line of
+    its hunks, removed lines on the LEFT, added lines on the RIGHT, context lines on both."""
+    found: set[tuple[Side, int]] = set()
+    old = new = 0
+    for text in (patch or "").splitlines():
+        hunk = _HUNK.match(text)
+        if hunk:
+            old, new = int(hunk[1]), int(hunk[2])
+        elif text.startswith("-"):
+            found.add(("LEFT", old))
+            old += 1
+        elif text.startswith("+"):
+            found.add(("RIGHT", new))
+            new += 1
+        elif not text.startswith("\\"):
+            found |= {("LEFT", old), ("RIGHT", new)}
+            old, new = old + 1, new + 1
+    return found

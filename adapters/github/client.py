@@ -55,6 +55,9 @@ class ReviewCommentInfo:
     author: str
     in_reply_to: int | None
     url: str
+    side: str = "RIGHT"
+    review_id: int | None = None  # the review it was posted in
+    commit_id: str = ""  # the head it was written on
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +377,8 @@ class GitHubClient:
     async def review_comments(self, repo: str, number: int) -> list[ReviewCommentInfo]:
         return await self.call(
             lambda gh: [
-                _review_comment(c) for c in gh.get_repo(repo).get_pull(number).get_review_comments()
+                review_comment_of(c)
+                for c in gh.get_repo(repo).get_pull(number).get_review_comments()
             ]
         )
 
@@ -383,7 +387,7 @@ class GitHubClient:
     ) -> ReviewCommentInfo:
         """A reply in the review thread of ``comment_id``."""
         return await self.call(
-            lambda gh: _review_comment(
+            lambda gh: review_comment_of(
                 gh.get_repo(repo).get_pull(number).create_review_comment_reply(comment_id, body)
             )
         )
@@ -495,7 +499,7 @@ def _comment(comment: Any) -> Comment:
     return Comment(comment.id, comment.body or "", comment.html_url or "", comment.user.login)
 
 
-def _review_comment(comment: Any) -> ReviewCommentInfo:
+def review_comment_of(comment: Any) -> ReviewCommentInfo:
     raw = comment.raw_data
     return ReviewCommentInfo(
         comment_id=comment.id,
@@ -506,6 +510,9 @@ def _review_comment(comment: Any) -> ReviewCommentInfo:
         author=comment.user.login if comment.user else "",
         in_reply_to=raw.get("in_reply_to_id"),
         url=comment.html_url,
+        side=raw.get("side") or "RIGHT",
+        review_id=raw.get("pull_request_review_id"),
+        commit_id=raw.get("original_commit_id") or raw.get("commit_id") or "",
     )
 
 

@@ -45,8 +45,13 @@ def message_of(error: GithubException) -> str:
     data: Any = error.data
     if isinstance(data, dict):
         text = str(data.get("message", ""))
-        details = [str(e.get("message") or e.get("code")) for e in data.get("errors") or []]
+        details = [_detail(e) for e in data.get("errors") or []]
         return "; ".join([text, *details]) if details else text
     return str(data)
 
 
+def _detail(error: Any) -> str:
+    # Validation errors are objects; some answers (a review's 422) give plain sentences.
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("code"))
+    return str(error)

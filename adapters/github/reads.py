@@ -120,6 +120,18 @@ async def pull_files(
     return await client.call(read, repo=repo)
 
 
+async def changed_between(
+    client: GitHubClient, repo: str, base: str, head: str, limit: int
+) -> Listed[FileChange]:
+    """The files changed from commit ``base`` to commit ``head`` (GitHub's compare)."""
+
+    def read(gh: Github) -> Listed[FileChange]:
+        found = gh.get_repo(repo).compare(base, head).files
+        return _first((_change(f) for f in found), limit)
+
+    return await client.call(read, repo=repo)
+
+
 async def review_comment(
     client: GitHubClient, repo: str, number: int, comment_id: int
 ) -> ReviewCommentInfo:

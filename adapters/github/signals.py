@@ -11,10 +11,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from routing.reviews import review_text
 from routing.signal import (
     Actor,
     CiRun,
@@ -24,6 +26,7 @@ from routing.signal import (
     find_links,
     parse_command,
 )
+from runtime.config import AutoReview
 from runtime.threads import GitHubCommit, GitHubIssue, ThreadRef
 
 # Both go into thread refs, so they must have exactly the shape GitHub gives them.
@@ -78,6 +81,7 @@ class _Issue(_Payload):
     html_url: str | None = None
     labels: tuple[_Label, ...] = ()
     performed_via_github_app: _App | None = None
+    pull_request: dict[str, Any] | None = None  # present when the issue is a pull request
 
 
 class _Comment(_Payload):
@@ -89,6 +93,7 @@ class _Comment(_Payload):
 
 class _Ref(_Payload):
     ref: str
+    sha: CommitSha | None = None
 
 
 class _PullRequest(_Payload):
@@ -98,6 +103,8 @@ class _PullRequest(_Payload):
     html_url: str | None = None
     labels: tuple[_Label, ...] = ()
     head: _Ref
+    draft: bool = False
+    author_association: str | None = None
 
 
 class _PullRef(_Payload):
@@ -179,6 +186,10 @@ class _PullRequestEvent(_Common):
     pull_request: _PullRequest
 
 
+class _ReviewRequestedEvent(_PullRequestEvent):
+    requested_reviewer: _User | None = None  # absent when a team was asked
+
+
 class _CheckRunEvent(_Common):
     check_run: _CheckRun
 
@@ -202,6 +213,7 @@ class _Delivery:
     received_at: datetime
     trigger: re.Pattern[str]
     trigger_label: str | None = None
+    auto_review: tuple[AutoReview, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,12 +254,20 @@ def signal_from_github(
     received_at: datetime,
     trigger: str = "@keel",
     trigger_label: str | None = None,
+    auto_review: tuple[AutoReview, ...] = (),
 ) -> Signal | Ignored:
-    """Translate one webhook delivery (X-GitHub-Event, X-GitHub-Delivery, body) or say why not."""
+    """Translate one webhook delivery (X-GitHub-Event, X-GitHub-Delivery, body) or say why
+    not; ``auto_review`` names the repositories whose pull requests are reviewed unasked."""
     if not delivery_id:
         return Ignored("unsupported", "no delivery id")
     delivery = _Delivery(
-        event, delivery_id, identity, received_at, _trigger_pattern(trigger), trigger_label
+        event,
+        delivery_id,
+        identity,
+        received_at,
+        _trigger_pattern(trigger),
+        trigger_label,
+        auto_review,
     )
     action = payload.get("action") if isinstance(payload, Mapping) else None
     match event, action:
@@ -263,6 +283,10 @@ def signal_from_github(
             return _review_comment(payload, delivery)
         case "pull_request", "opened":
             return _pr_opened(payload, delivery)
+        case "pull_request", "ready_for_review" | "synchronize":
+            return _pr_updated(payload, delivery)
+        case "pull_request", "review_requested":
+            return _review_requested(payload, delivery)
         case "issues", "assigned":
             return _issue_assigned(payload, delivery)
         case "issues", "labeled":
@@ -281,6 +305,8 @@ def _issue_comment(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | 
         return parsed
     issue, comment = parsed.issue, parsed.comment
     said = _said(comment.body or "", delivery.trigger)
+    if issue.pull_request is not None:
+        said = _as_review(said, issue.number)
     actor = _actor(parsed.sender, delivery.identity, comment.performed_via_github_app)
     return _signal(
         delivery,
@@ -400,16 +426,87 @@ def _pr_opened(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Igno
     if isinstance(parsed, Ignored):
         return parsed
     pull = parsed.pull_request
+    said = _as_review(_said(_title_and_body(pull.title, pull.body), delivery.trigger), pull.number)
+    if not said.addressed and _auto_reviewed(parsed, delivery):
+        return _review_signal(parsed, delivery, "opened")
     return _signal(
         delivery,
         parsed,
         kind="pr_opened",
         thread_ref=GitHubIssue(parsed.repository.full_name, pull.number),
         actor=_actor(parsed.sender, delivery.identity, None),
-        said=_said(_title_and_body(pull.title, pull.body), delivery.trigger),
+        said=said,
         dedupe_key=f"github:delivery:{delivery.delivery_id}",
         facts=_Facts(branch=pull.head.ref, labels=_names(pull.labels), url=pull.html_url),
     )
+
+
+def _pr_updated(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    """A new head (``synchronize``) or a draft made ready: reviewed when the repository's
+    ``review.auto`` asks for it."""
+    parsed = _parse(_PullRequestEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    if not _auto_reviewed(parsed, delivery):
+        return Ignored("not_addressed", f"pull_request.{parsed.action} without review.auto")
+    how = "pushed to" if parsed.action == "synchronize" else "marked ready for review"
+    return _review_signal(parsed, delivery, how)
+
+
+def _review_requested(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:
+    """A review requested from the bot's login asks for a review of the pull request."""
+    parsed = _parse(_ReviewRequestedEvent, payload)
+    if isinstance(parsed, Ignored):
+        return parsed
+    reviewer = parsed.requested_reviewer
+    if reviewer is None or not _is_self(reviewer, delivery.identity, ()):
+        return Ignored("not_addressed", "pull_request.review_requested of someone else")
+    return _review_signal(parsed, delivery, "review requested")
+
+
+def _review_signal(parsed: _PullRequestEvent, delivery: _Delivery, why: str) -> Signal:
+    """One review request per (pull request, head): a review requested on a head that a push
+    already asked to review is the same fact, so one review task, not two. The text names
+    no login: the sender is the Signal's actor, and its words are not the asker's."""
+    pull, repo = parsed.pull_request, parsed.repository.full_name
+    head = pull.head.sha or f"delivery:{delivery.delivery_id}"
+    text = review_text(pull.number, f"({why}; head {head})")
+    return _signal(
+        delivery,
+        parsed,
+        kind="pr_opened",
+        thread_ref=GitHubIssue(repo, pull.number),
+        actor=_actor(parsed.sender, delivery.identity, None),
+        said=_Said(text, True, ""),
+        dedupe_key=f"github:review:{repo}#{pull.number}@{head}",
+        facts=_Facts(branch=pull.head.ref, labels=_names(pull.labels), url=pull.html_url),
+    )
+
+
+# Whose pull requests are reviewed unasked: people of the repository. An outsider's would be
+# refused by routing's permission check on every push, each refusal a reply on the pull
+# request; a maintainer asks for their review with "@keel review" instead.
+_INSIDERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+
+
+def _auto_reviewed(parsed: _PullRequestEvent, delivery: _Delivery) -> bool:
+    repo, pull = parsed.repository.full_name.lower(), parsed.pull_request
+    if (pull.author_association or "").upper() not in _INSIDERS:
+        return False
+    return any(
+        fnmatchcase(repo, rule.repo.lower())
+        and parsed.action in rule.on
+        and (rule.drafts or not pull.draft)
+        for rule in delivery.auto_review
+    )
+
+
+def _as_review(said: _Said, number: int) -> _Said:
+    """``@keel review …`` on a pull request, in the one text form review requests have."""
+    words = said.text.split(maxsplit=1)
+    if not said.addressed or not words or words[0].lower().rstrip(".,:!") != "review":
+        return said
+    return _Said(review_text(number, words[1] if len(words) > 1 else ""), True, said.command_text)
 
 
 def _ci_result(payload: Mapping[str, Any], delivery: _Delivery) -> Signal | Ignored:

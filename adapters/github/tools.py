@@ -1,5 +1,6 @@
 """The GitHub tools: open a pull request, wait for CI on a sha, comment on an issue (and,
-from ``adapters/github/review.py``, read and answer a pull request's review threads).
+from ``adapters/github/review.py``, read and answer a pull request's review threads; from
+``submit_review.py`` and ``review_since.py``, review a pull request).
 
 Writes are at most once. ``open_pull_request`` reconciles by listing pulls with
 ``head=owner:branch`` (GitHub also refuses a second open pull for one head and base), and
@@ -18,6 +19,8 @@ from typing import Any, ClassVar
 from adapters.github.client import CheckRunInfo, GitHubClient, PullRequestInfo, StatusInfo
 from adapters.github.markdown import title_for_github, to_github
 from adapters.github.review import ReplyToReviewThreads, ReviewThreads
+from adapters.github.review_since import ReviewSince
+from adapters.github.submit_review import SubmitReview
 from adapters.github.surface import marker, with_marker
 from adapters.github.toolbase import (
     GitHubRead,
@@ -261,9 +264,16 @@ def _commented(repo: str, number: int, comment_id: int, url: str, strength: Stre
 
 
 def github_tools(
-    client: GitHubClient, repo_for: RepoFor, *, allowed_mentions: Collection[str] = ()
+    client: GitHubClient,
+    repo_for: RepoFor,
+    *,
+    allowed_mentions: Collection[str] = (),
+    allow_approve: bool = False,
+    bot_login: str | None = None,
 ) -> list[Tool]:
-    """The tools an agent with GitHub access gets."""
+    """The tools an agent with GitHub access gets (each agent's ``tools`` picks from them);
+    ``allow_approve`` and ``bot_login`` are the review settings (``review.allow_approve``,
+    ``github.bot_login``)."""
     mentions = {"allowed_mentions": allowed_mentions}
     return [
         OpenPullRequest(client, repo_for, **mentions),
@@ -272,4 +282,12 @@ def github_tools(
         CommentOnIssue(client, repo_for, **mentions),
         ReviewThreads(client, repo_for, **mentions),
         ReplyToReviewThreads(client, repo_for, **mentions),
+        SubmitReview(
+            client,
+            repo_for,
+            allowed_mentions=allowed_mentions,
+            allow_approve=allow_approve,
+            bot_login=bot_login,
+        ),
+        ReviewSince(client, repo_for, bot_login=bot_login),
     ]

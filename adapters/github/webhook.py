@@ -29,6 +29,7 @@ from adapters.github.verify import verify_github_signature
 from routing.permissions import needs_permission
 from routing.signal import Ignored, Signal
 from runtime.clock import Clock, SystemClock
+from runtime.config import AutoReview
 from runtime.errors import ConfigError, Retryable
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class GitHubWebhook:
         repositories: tuple[str, ...] = (),
         clock: Clock | None = None,
         installations: Installations | None = None,
+        auto_review: tuple[AutoReview, ...] = (),
     ) -> None:
         self.secret = secret.encode()
         self.identity = identity
@@ -64,6 +66,7 @@ class GitHubWebhook:
         self.trigger = trigger
         self.trigger_label = trigger_label
         self.repositories = repositories
+        self.auto_review = auto_review
         self.clock = clock or SystemClock()
         # Set by the composition root: the held stage reads its deliveries back through this.
         self.held: HeldDeliveries | None = None
@@ -77,6 +80,7 @@ class GitHubWebhook:
         clock: Clock,
         *,
         installations: Installations | None = None,
+        auto_review: tuple[AutoReview, ...] = (),
     ) -> GitHubWebhook:
         if config.webhook_secret is None:
             raise ConfigError("github.webhook_secret: required to receive GitHub webhooks")
@@ -91,6 +95,7 @@ class GitHubWebhook:
             repositories=config.repositories,
             clock=clock,
             installations=installations,
+            auto_review=auto_review,
         )
 
     async def handle(self, request: Request) -> Response:
@@ -148,6 +153,7 @@ class GitHubWebhook:
             received_at=received_at,
             trigger=self.trigger,
             trigger_label=self.trigger_label,
+            auto_review=self.auto_review,
         )
         if isinstance(outcome, Signal) and outcome.repo and not allowed(
             outcome.repo, self.repositories

@@ -83,7 +83,7 @@ def demo_script_after(folder: Path, *scripts: dict[str, Any]) -> Path:
     ``scripts`` tried before it: for suites whose later tasks need turns of their own."""
     demo = Path(adapters.demo.__file__).with_name("script.yaml").read_text()
     data = yaml.safe_load(demo.replace("{python}", sys.executable))
-    data["scripts"][0]["turns"][0].pop("expect_seen")
+    _fix_script(data)["turns"][0].pop("expect_seen")
     data["scripts"][:0] = scripts
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "script.yaml"
@@ -95,8 +95,14 @@ def _without_report(script: Path) -> None:
     """The demo's script, less its first turn's demand for the report posted before the
     mention: these suites mention Keel in fresh threads of their own."""
     data = yaml.safe_load(script.read_text())
-    data["scripts"][0]["turns"][0].pop("expect_seen")
+    _fix_script(data)["turns"][0].pop("expect_seen")
     script.write_text(yaml.safe_dump(data))
+
+
+def _fix_script(data: dict[str, Any]) -> dict[str, Any]:
+    """The demo's script for its fix request (the review step's comes before it)."""
+    found: dict[str, Any] = next(s for s in data["scripts"] if s.get("match") == "(?i)fix")
+    return found
 
 
 @dataclass

@@ -42,6 +42,8 @@ TOOL_PERMISSIONS = {
     "comment_on_issue": {"issues": "write"},
     "review_threads": {"pull_requests": "read"},
     "reply_to_review_threads": {"pull_requests": "write"},
+    "submit_review": {"pull_requests": "write"},  # a review, its comments and replies
+    "review_since": {"pull_requests": "read", "contents": "read"},  # reviews; compare
 }
 # Besides: clones and pushes, replies and reactions, and what every App has.
 KEEL_PERMISSIONS = {"contents": "write", "issues": "write", "metadata": "read"}

@@ -118,7 +118,10 @@ GITHUB_EXPECTED: dict[tuple[str, str | None], Expected] = {
     ("issues", "assigned"): dropped("not_addressed"),
     ("issues", "labeled"): dropped("not_addressed"),
     ("pull_request", "opened"): kind("pr_opened"),
-    ("pull_request", "synchronize"): dropped("unsupported"),
+    # Review requests only when review.auto names the repository, or the bot is the reviewer.
+    ("pull_request", "synchronize"): dropped("not_addressed"),
+    ("pull_request", "ready_for_review"): dropped("not_addressed"),
+    ("pull_request", "review_requested"): dropped("not_addressed"),
     ("pull_request_review_comment", "created"): kind("review_comment"),
     ("pull_request_review_comment", "edited"): dropped("edited"),
     ("pull_request_review_comment", "deleted"): dropped("unsupported"),

@@ -102,8 +102,10 @@ class RepoQuestions:
     def choose_in(
         self, session: Transaction, record: SignalRecord, pick: ChooseRepo
     ) -> IngestResult:
-        """Start the asked request in the picked repository, if the pick still counts."""
-        asked = store.get_signal(session, pick.question)
+        """Start the asked request in the picked repository, if the pick still counts. The
+        question's row is locked first: two picks at once (two processes) are decided one
+        after the other, and the second finds the question answered."""
+        asked = store.get_signal(session, pick.question, lock=True)
         if asked is None or not _same_thread(asked, record):
             return self.ledger.settle_in(session, record, "drop", "not_addressed")
         ended = _ended(asked)

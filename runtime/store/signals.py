@@ -230,8 +230,13 @@ def attempts_for(session: Session, signal_id: str) -> list[RouteAttempt]:
     return [_to_attempt(row) for row in session.scalars(query)]
 
 
-def get_signal(session: Session, signal_id: str) -> SignalRecord | None:
-    row = session.get(SignalRow, signal_id)
+def get_signal(session: Session, signal_id: str, *, lock: bool = False) -> SignalRecord | None:
+    """The signal; with ``lock``, its row locked and read as committed (PostgreSQL: a second
+    transaction locking it waits, then reads what the first wrote)."""
+    if lock:
+        row = session.get(SignalRow, signal_id, with_for_update=True, populate_existing=True)
+    else:
+        row = session.get(SignalRow, signal_id)
     return to_record(row) if row is not None else None
 
 

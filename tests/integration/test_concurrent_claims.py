@@ -10,13 +10,17 @@ one worker idle for the last ~0.4 s of every drain).
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import pytest
 
 from runtime.leases import Claimed, NoMatch
 from runtime.scheduler import Scheduler
+from runtime.store import signals
 from runtime.store.engine import Database, Transaction
+from runtime.threads import SlackThread
 from tests.factories import make_spec
 
 
@@ -51,3 +55,47 @@ async def test_a_claim_racing_another_for_the_last_deliveries_takes_the_next_one
     assert isinstance(third, Claimed)
     assert third.task.task_id == queued[2]
     assert isinstance(await scheduler.leases.claim_next("worker-b"), NoMatch)
+
+
+async def test_a_locked_signal_is_read_as_committed_after_the_wait(database: Database) -> None:
+    """Two picks of one repository question at once: the second locks the question after the
+    first and reads the decision the first wrote, so it does not start a second task."""
+    if not database.is_postgres:
+        pytest.skip("PostgreSQL's: SQLite runs one writer at a time, so no two picks overlap")
+    now = datetime.now(UTC)
+    thread = SlackThread("T1", "C1", "1700000000.000100")
+    facts = signals.SignalFacts(
+        "slack", "Ev-pick-1", "slack:msg:pick", "mention", thread, None, None, "fix it", now
+    )
+
+    def ask(session: Transaction) -> str:
+        admission = signals.read_admission(session, facts, [])
+        assert isinstance(admission, signals.Admission)
+        stored = signals.insert_signal(session, facts, admission, signals.Verdict("pending"))
+        assert stored is not None
+        return stored.signal_id
+
+    question = database.run_sync(ask)
+    holding, finish = threading.Event(), threading.Event()
+
+    def first(session: Transaction) -> None:
+        locked = signals.get_signal(session, question, lock=True)
+        assert locked is not None and locked.decision == signals.PENDING
+        holding.set()
+        finish.wait(10)
+        signals.set_decision(session, question, "new_task", "chose probe/two", None)
+
+    def second(session: Transaction) -> str:
+        locked = signals.get_signal(session, question, lock=True)
+        assert locked is not None
+        return str(locked.decision)
+
+    with ThreadPoolExecutor(2) as pool:
+        one = pool.submit(database.run_sync, first)
+        assert holding.wait(10)
+        two = pool.submit(database.run_sync, second)
+        time.sleep(0.3)
+        assert not two.done()  # it waits for the first pick's lock
+        finish.set()
+        one.result(timeout=10)
+        assert two.result(timeout=10) == "new_task"

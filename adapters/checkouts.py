@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from routing.repos import Named, named_in
-from runtime.config import RepositoryConfig
+from runtime.config import REVIEW_AGENT, RepositoryConfig
 from runtime.errors import KeelError, NotFound, Permanent
 from runtime.executor import handover
 from runtime.ids import SignalId
@@ -34,6 +34,7 @@ from runtime.workspace.setup import SetupDefinition, SetupReport, Setups, Starte
 
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*)/[A-Za-z0-9._-]+$")
 _GLOB = re.compile(r"[*?\[\]]")
+_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 class RepositoryHost(Protocol):
@@ -49,6 +50,9 @@ class RepositoryHost(Protocol):
 class PullHead(Protocol):
     @property
     def head_ref(self) -> str: ...
+
+    @property
+    def head_sha(self) -> str: ...
 
 
 def allowed(repo: str, patterns: Sequence[str]) -> bool:
@@ -179,6 +183,8 @@ class Checkouts:
         if requested is not None:
             return requested
         origin = root.origin_thread_ref
+        if isinstance(origin, GitHubIssue) and root.agent == REVIEW_AGENT:
+            return await self._reviewed_head(origin)
         if isinstance(origin, GitHubIssue):
             link = await self.scheduler.db.read(
                 lambda s: links.pull_link(s, origin.repo, origin.number)
@@ -187,6 +193,19 @@ class Checkouts:
                 return link.head_ref
         handed = await handover.handed_on(self.scheduler, root)
         return handed.branch if handed is not None else None
+
+    async def _reviewed_head(self, origin: GitHubIssue) -> str | None:
+        """A review reads the code it reviews: the pull request's head commit, checked out
+        detached (its branch may move while the review runs; the review is of this head).
+        A fork's head is not in the repository's clone: the checkout then fails over to the
+        repository's ref, and the review reads the diff it was given."""
+        if self.host is None:
+            return None
+        try:
+            head = (await self.host.get_pull(origin.repo, origin.number)).head_sha
+        except KeelError:
+            return None
+        return head if _SHA.fullmatch(head) else None
 
     async def _requested_branch(self, root: Task) -> str | None:
         """``branch=`` or the head of the pull request linked in the request that created

@@ -70,6 +70,11 @@ def _add_review_rules(origin: Path, scratch: Path) -> None:
     run("add", "REVIEW.md", cwd=scratch / "work")
     run("commit", "-qm", "Review rules", cwd=scratch / "work")
     run("push", "-q", "origin", "main", cwd=scratch / "work")
+    # The pull request's branch, as its author pushed it.
+    run("checkout", "-q", "-b", "feature", cwd=scratch / "work")
+    (scratch / "work" / "calc.py").write_text("def sub(a, b):\n    return a - a\n")
+    run("commit", "-qam", "Add sub", cwd=scratch / "work")
+    run("push", "-q", "origin", "feature", cwd=scratch / "work")
 
 
 def _requested(live: Live, head: str) -> dict[str, Any]:
@@ -124,6 +129,10 @@ async def test_requested_review_lands_once_on_diff_lines_with_its_read_back(
         db.close()
     assert task.status == "succeeded", task.result
     assert task.agent == "review" and len(tasks) == 1
+    # The review read the code it reviewed: its checkout is the pull request's head.
+    checkout = workdir / "workspaces" / task.root_id
+    shown = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True)
+    assert shown.stdout.decode().strip() == head
     system = (run.state.system if run is not None else None) or ""
     assert RULE in system
     [review] = live.github.reviews_of(SHOP, 1)

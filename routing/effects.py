@@ -21,7 +21,7 @@ from runtime.store import tasks
 from runtime.store.engine import Transaction
 from runtime.store.records import SenderPart, TaskSpec, TextPart
 from runtime.store.signals import SignalRecord
-from runtime.threads import text_of
+from runtime.threads import SlackThread, text_of
 
 ReadBack = Literal["missing", "terminal", "active"]
 
@@ -59,6 +59,7 @@ class Effects:
             case Append(task=task):
                 return self._append_in(session, record, task.task_id, self._fresh(record), "append")
             case NewTask(objective_key=objective, message=message, agent=agent, follows=follows):
+                message = self._as_review(record, message, route.where)
                 agent = self._reviewing(record, message, agent)
                 fresh = _Fresh(objective, agent, message, "new_task", route.where)
                 return self._new_task_in(
@@ -172,13 +173,21 @@ class Effects:
         text = without_directives(record.text) if where is not None else record.text
         repo = where.repo if where is not None else None
         choice = self.policy.agent_for(record.thread_ref, who, text, repo)
+        message = self._as_review(record, choice.message, where)
         return _Fresh(
             objective_key=record.objective_key or text_of(record.thread_ref) or record.signal_id,
-            agent=self._reviewing(record, choice.message, choice.agent),
-            message=choice.message,
+            agent=self._reviewing(record, message, choice.agent),
+            message=message,
             decision="new_task",
             where=where,
         )
+
+    def _as_review(self, record: SignalRecord, message: str, where: Chosen | None) -> str:
+        """A Slack "review <pull request link>" becomes that pull request's review request
+        (its repository and head were chosen from the link); any other message as it is."""
+        if not isinstance(record.thread_ref, SlackThread) or where is None:
+            return message
+        return reviews.linked_review(message, where.pull) or message
 
     def _reviewing(self, record: SignalRecord, message: str, agent: str) -> str:
         """A pull request's review request runs read-only, as the ``review`` agent."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from runtime.config import REVIEW_AGENT
-from runtime.threads import GitHubIssue, ThreadRef
+from runtime.threads import GitHubIssue, SlackThread, ThreadRef
 
 _REVIEW = re.compile(r"^Review pull request #\d+\.")
 # Fixes only when the asker's own words right after "review" ask for them ("review and fix
@@ -33,6 +33,19 @@ def is_review(text: str) -> bool:
 
 
 def agent_for(text: str, thread: ThreadRef | None, routed: str) -> str:
-    """``review`` for a read-only review of a pull request, else the routed agent."""
-    reviewing = isinstance(thread, GitHubIssue) and is_review(text)
+    """``review`` for a read-only review of a pull request (asked on it, or in a Slack thread
+    that links it), else the routed agent."""
+    reviewing = isinstance(thread, GitHubIssue | SlackThread) and is_review(text)
     return REVIEW_AGENT if reviewing and not _FIXES.match(text) else routed
+
+
+_ASKS_REVIEW = re.compile(r"^\s*review\b[\s,:]*", re.IGNORECASE)
+
+
+def linked_review(text: str, pull: int | None) -> str | None:
+    """A Slack request that starts with "review" and links a pull request (``pull``, as the
+    repository choice read it) is that pull request's review request, in the one text form
+    (``review_text``); None for any other request."""
+    if pull is None or not _ASKS_REVIEW.match(text):
+        return None
+    return review_text(pull, _ASKS_REVIEW.sub("", text, count=1))

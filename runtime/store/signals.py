@@ -231,12 +231,8 @@ def attempts_for(session: Session, signal_id: str) -> list[RouteAttempt]:
 
 
 def get_signal(session: Session, signal_id: str, *, lock: bool = False) -> SignalRecord | None:
-    """The signal; with ``lock``, its row locked and read as committed (PostgreSQL: a second
-    transaction locking it waits, then reads what the first wrote)."""
-    if lock:
-        row = session.get(SignalRow, signal_id, with_for_update=True, populate_existing=True)
-    else:
-        row = session.get(SignalRow, signal_id)
+    """The signal; ``lock``: its row locked, read as committed (a second locker waits)."""
+    row = session.get(SignalRow, signal_id, with_for_update=lock, populate_existing=lock)
     return to_record(row) if row is not None else None
 
 

@@ -90,7 +90,10 @@ def _branch(root: Path, name: str, branch: str, note: str) -> None:
 def _script(folder: Path) -> Path:
     """Read the checkout's PROBE.md when there is one, then answer."""
     read = {"name": "run_command", "args": {"command": "cat PROBE.md || echo no-checkout"}}
-    script = {"scripts": [{"turns": [{"tool_calls": [read]}, {"say": "done"}]}]}
+    # A review's agent is read-only: it reads the file with read_file.
+    reading = {"name": "read_file", "args": {"path": "PROBE.md"}}
+    review = {"match": "Review pull request", "turns": [{"tool_calls": [reading]}, {"say": "ok"}]}
+    script = {"scripts": [review, {"turns": [{"tool_calls": [read]}, {"say": "done"}]}]}
     path = folder / "script.yaml"
     path.write_text(yaml.safe_dump(script))
     return path
@@ -250,6 +253,9 @@ async def test_branch_word_and_pull_request_link_start_the_checkout_on_their_bra
     db.close()
     assert (by_branch.repo, by_pull.repo) == ("probe/two", "probe/two")
     assert all("probe two feature" in text for text in said), said
+    # "review <pull request link>" in Slack is that pull request's review, read-only.
+    assert by_pull.agent == "review" and by_branch.agent != "review"
+    assert by_pull.message.startswith(f"Review pull request #{number}.")
 
 
 async def test_github_link_chooses_the_repository_when_nothing_else_names_one(
